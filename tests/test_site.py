@@ -1,0 +1,115 @@
+"""The site's own promises, checked on the sources: pairs, toctree, pins, commands, metadata."""
+
+import re
+
+import nbformat
+import pytest
+from conftest import DOCS, NOTEBOOKS, ROOT, guide_names
+
+IGNORE = "nbval-ignore-output"
+
+
+def toctree_entries(md_text):
+    blocks = re.findall(r"```\{toctree\}(.*?)```", md_text, re.S)
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line and not line.startswith(":")]
+
+
+def test_every_guide_is_in_the_toctree():
+    entries = toctree_entries((DOCS / "index.md").read_text())
+    missing = [name for name in guide_names() if name not in entries]
+    assert not missing, f"guides missing from the toctree in docs/index.md: {missing}"
+    unknown = [e for e in entries if not (DOCS / f"{e}.md").exists()]
+    assert not unknown, f"toctree entries with no docs/*.md page: {unknown}"
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_notebook_is_committed_executed_and_deterministic(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    unexecuted = [i for i, c in enumerate(nb.cells) if c in code and c.execution_count is None]
+    assert not unexecuted, f"{name}.ipynb has unexecuted code cells {unexecuted}: `make execute`"
+    counts = [c.execution_count for c in code]
+    assert counts == list(range(1, len(code) + 1)), (
+        f"{name}.ipynb was not executed top to bottom in one fresh kernel: {counts}"
+    )
+    timed = [i for i, c in enumerate(nb.cells) if "execution" in c.metadata]
+    assert not timed, f"{name}.ipynb stores per-cell timing metadata in cells {timed}"
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    stderr = [o for c in code for o in c.outputs if o.get("name") == "stderr"]
+    assert not errors and not stderr, f"{name}.ipynb stores an error or stderr output"
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_ignored_outputs_are_timings_and_say_why(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+    for i, cell in enumerate(nb.cells):
+        if IGNORE not in cell.metadata.get("tags", []):
+            continue
+        assert "%timeit" in cell.source, f"{name} cell {i} ignores a non-timing output"
+        assert re.search(r"^# .+", cell.source, re.M), (
+            f"{name} cell {i} is tagged {IGNORE} without a comment that says why"
+        )
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_guide_sets_up_eight_devices_before_importing_jax(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    flag = code.find("--xla_force_host_platform_device_count=")
+    first_import = re.search(r"^(import jax|from jax)", code, re.M)
+    assert 0 <= flag < first_import.start(), f"{name} imports jax before setting XLA_FLAGS"
+    assert "check_devices(" in code, f"{name} does not check its device count"
+
+
+def test_requirements_pin_every_dependency_exactly():
+    lines = [
+        line.split("#")[0].strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+    ]
+    reqs = [line for line in lines if line]
+    loose = [r for r in reqs if not re.fullmatch(r"[A-Za-z0-9_.\[\]-]+==[\w.]+", r)]
+    assert not loose, f"requirements not pinned with ==: {loose}"
+    names = {r.split("==")[0].lower() for r in reqs}
+    needed = {
+        "jax", "jaxlib", "flax", "optax", "jupytext", "myst-nb", "sphinx", "sphinx-book-theme",
+        "nbval", "pytest", "ipykernel",
+    }  # fmt: skip
+    assert needed <= names, f"not pinned: {sorted(needed - names)}"
+
+
+def test_colab_install_cell_uses_the_pinned_versions():
+    pins = dict(
+        line.strip().split("==")
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if "==" in line
+    )
+    for name in guide_names():
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+        install = next(c.source for c in nb.cells if "google.colab" in c.source)
+        for package, version in re.findall(r'"([a-z-]+)==([\w.]+)"', install):
+            assert pins.get(package) == version, (
+                f"{name}: Colab installs {package}=={version}, requirements.txt pins "
+                f"{pins.get(package)}"
+            )
+
+
+def test_readme_commands_exist_in_the_makefile():
+    readme = (ROOT / "README.md").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    used = set(re.findall(r"\bmake ([a-z][\w-]*)", readme))
+    assert {"html", "test"} <= used, "the README must give `make html` and `make test`"
+    assert used <= targets, f"README names make targets the Makefile lacks: {used - targets}"
+    first_commands = re.findall(r"\bmake ([a-z][\w-]*)", readme)[:2]
+    assert first_commands == ["html", "test"], "the README must say these two commands first"
+
+
+def test_ci_and_read_the_docs_build_the_same_way():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci
+    rtd = (ROOT / ".readthedocs.yaml").read_text()
+    assert re.search(r"^version: 2$", rtd, re.M)
+    assert "-c ." in rtd and "-W" in rtd and "--keep-going" in rtd
+    assert "nb_execution_mode=force" in rtd
+    assert "requirements.txt" in rtd
