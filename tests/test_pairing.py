@@ -5,6 +5,7 @@ type, source and tags, read-only. Fix a failure with `make sync` (then `make exe
 changed).
 """
 
+import copy
 import difflib
 
 import jupytext
@@ -62,7 +63,7 @@ def test_the_check_catches_an_edit_in_the_md_alone():
     """The comparison itself: an edited code cell, a changed tag, a removed cell."""
     name = guide_names()[0]
     md_nb = jupytext.read(DOCS / f"{name}.md")
-    ipynb_nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+    ipynb_nb = copy.deepcopy(md_nb)  # a pair that agrees, whatever the committed files say
     assert pair_differences(md_nb, ipynb_nb) == []
 
     code = next(c for c in md_nb.cells if c.cell_type == "code")
