@@ -14,11 +14,13 @@ SPHINX := $(BIN)/python -m sphinx -b html -c . -d $(BUILD)/doctrees -W --keep-go
 GUIDES := $(basename $(notdir $(shell grep -l '^jupytext:' docs/*.md)))
 PORT ?= 8000
 
-.PHONY: help setup html test sync execute serve clean
+.PHONY: help setup check-env html test lint bench sync execute serve clean
 
 help:
 	@echo "make html     set up, execute every guide, build the site into $(HTML)"
-	@echo "make test     set up and run the tests (pairing, build, nbval, site checks)"
+	@echo "make test     set up and run the tests (lint, pairing, build, nbval, browser, site checks)"
+	@echo "make lint     ruff over the notebooks' code, the tests and tools/"
+	@echo "make bench    time a clean build, rebuilds and each guide executed bare"
 	@echo "make sync     write each docs/NAME.md into notebooks/NAME.ipynb, keeping outputs"
 	@echo "make execute  re-execute the stored notebooks in place"
 	@echo "make serve    serve $(HTML) on http://127.0.0.1:$(PORT)"
@@ -40,7 +42,16 @@ $(STAMP): requirements.txt
 	  echo "       Remove $(VENV) and run make again to start from a clean environment."; exit 1; }
 	@touch $@
 
-html: $(STAMP)
+# An installed environment that no longer works (a removed package, a Python that was upgraded
+# under the venv) is named as such, instead of failing deep inside Sphinx.
+check-env: $(STAMP)
+	@$(BIN)/python -c 'import sphinx, myst_nb, sphinx_book_theme, jupytext, nbclient, jax, flax, optax' \
+	  2>/dev/null || { \
+	  echo "error: the environment in $(VENV) is broken: it cannot import the packages of requirements.txt."; \
+	  $(BIN)/python -c 'import sphinx, myst_nb, sphinx_book_theme, jupytext, nbclient, jax, flax, optax' 2>&1 | tail -1; \
+	  echo "       Remove it (rm -rf $(VENV)) and run make again to reinstall."; exit 1; }
+
+html: check-env
 	$(SPHINX) -D nb_execution_mode=$(NB_EXECUTION_MODE) docs $(HTML)
 	@echo
 	@echo "The site is built: open $(HTML)/index.html, or run 'make serve'."
@@ -49,10 +60,22 @@ html: $(STAMP)
 PYTEST_ARGS := -p no:cacheprovider -W error --nbval --nbval-current-env \
   --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 tests notebooks
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+LINTED := notebooks tests tools conf.py
+lint: check-env
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+
+# A benchmark, not a test: wall times of a clean build, rebuilds and bare executions, in a
+# temporary copy of the repository (your _build and docs are not touched). REPEAT=3 for medians.
+REPEAT ?= 1
+bench: check-env
+	$(BIN)/python tools/bench.py --repeat $(REPEAT)
+
 sync: $(STAMP)
+	@$(BIN)/python tools/colab_links.py
 	@for g in $(GUIDES); do \
 	  $(BIN)/jupytext --to ipynb --update --output notebooks/$$g.ipynb docs/$$g.md || exit 1; \
 	done

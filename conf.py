@@ -4,6 +4,23 @@ Build with `make html`; CI and Read the Docs build with `nb_execution_mode=force
 is executed on every build and any failing cell, warning or stderr output fails the build.
 """
 
+import shutil
+from pathlib import Path
+
+# The one setting a fork changes: the GitHub repository that holds this site. The theme's
+# repository button, the "Open in Colab" buttons and the Colab link inside each notebook all
+# point here (`make sync` rewrites the notebooks' links after you change it).
+REPOSITORY_URL = "https://github.com/flax-sharding-executed/guides"
+REPOSITORY_BRANCH = "main"
+COLAB = "https://colab.research.google.com"
+
+
+def colab_url(name):
+    """Colab opens the committed notebook, notebooks/NAME.ipynb (it cannot open the md)."""
+    path = REPOSITORY_URL.split("github.com/", 1)[1]
+    return f"{COLAB}/github/{path}/blob/{REPOSITORY_BRANCH}/notebooks/{name}.ipynb"
+
+
 project = "Flax sharding, executed"
 author = "The project's contributors"
 copyright = "2026, the project's contributors"
@@ -34,4 +51,39 @@ html_theme = "sphinx_book_theme"
 html_title = project
 html_theme_options = {
     "show_toc_level": 2,
+    "repository_url": REPOSITORY_URL,
+    "repository_branch": REPOSITORY_BRANCH,
+    "path_to_docs": "docs",
+    "use_repository_button": True,
+    "use_download_button": True,
+    "launch_buttons": {"colab_url": COLAB},
 }
+# Left empty, the theme's script logs "Got invalid theme mode" as a console error.
+html_context = {"default_mode": "auto"}
+# Every guide is a pair: docs/NAME.md (MyST, the source you edit) and notebooks/NAME.ipynb
+# (executed outputs, for Colab, GitHub and local runs). `make sync` keeps them in step.
+
+
+def _point_at_the_notebook(app, pagename, templatename, context, doctree):
+    """After the theme's own handler: its Colab button and .ipynb download use notebooks/.
+
+    The theme builds the Colab link from the page's source file (docs/NAME.md), which Colab
+    cannot open, and offers for download a notebook converted from the md during this build.
+    Both are pointed at the committed pair, notebooks/NAME.ipynb, instead.
+    """
+    notebook = Path(app.confdir) / "notebooks" / f"{pagename}.ipynb"
+    if not notebook.exists():
+        return
+    for group in context.get("header_buttons", []):
+        for button in group.get("buttons", []):
+            if button.get("url", "").startswith(COLAB):
+                button["url"] = colab_url(pagename)
+    if context.get("ipynb_source"):
+        target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(notebook, target)
+
+
+def setup(app):
+    # The theme adds its launch and download buttons at the default priority (500).
+    app.connect("html-page-context", _point_at_the_notebook, priority=900)

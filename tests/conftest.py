@@ -1,6 +1,9 @@
-"""Shared paths and helpers for the site's tests."""
+"""Shared paths, the site build every test reads, and helpers for the site's tests."""
 
+import os
 import re
+import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,10 @@ DOCS = ROOT / "docs"
 NOTEBOOKS = ROOT / "notebooks"
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
+BUILD_TIMEOUT = 1800
+IN_CI = os.environ.get("CI", "").lower() == "true"
+# Sphinx renders ' and " as typographic quotes; compare text after mapping them back.
+SMART_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 
 
 def guide_names():
@@ -19,6 +26,18 @@ def guide_names():
     return sorted(
         p.stem for p in DOCS.glob("*.md") if re.search(r"^jupytext:", p.read_text(), re.M)
     )
+
+
+def conf():
+    """The names defined by conf.py (REPOSITORY_URL, colab_url, ...)."""
+    return runpy.run_path(str(ROOT / "conf.py"))
+
+
+def headings(md_text):
+    """The ## and ### headings of a MyST page, outside code cells, as plain text."""
+    text = re.sub(r"```.*?```", "", md_text, flags=re.S)
+    found = re.findall(r"^#{2,3} (.+)$", text, re.M)
+    return [re.sub(r"[`*]", "", h).strip() for h in found]
 
 
 def sphinx_command(srcdir, outdir, doctrees):
@@ -32,12 +51,40 @@ def sphinx_command(srcdir, outdir, doctrees):
     ]  # fmt: skip
 
 
+# In a new network namespace only loopback exists: `ip route get` to a public address fails
+# there, and the command runs only if it does, so "offline" is checked, not assumed.
+OFFLINE_SHELL = 'ip link set lo up && ! ip route get 192.0.2.1 >/dev/null 2>&1 && exec "$@"'
+
+
+def offline_prefix():
+    """A prefix that runs a command with networking cut off, or None where it cannot be done."""
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        return None
+    prefix = ["unshare", "--net", "sh", "-c", OFFLINE_SHELL, "offline"]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
+    return prefix if probe.returncode == 0 else None
+
+
 def run(cmd, timeout, **kwargs):
     """Run a command, bounded in time; return the completed process with merged output."""
     return subprocess.run(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
         **kwargs,
     )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def site():
+    """The real build of the site into _build/html, every guide executed, networking cut off.
+
+    Where a network namespace cannot be made (no unshare, no privileges), it builds online and
+    `site.offline` is False; tests/test_build.py then skips its offline check (fails under CI).
+    """
+    prefix = offline_prefix()
+    cmd = (prefix or []) + sphinx_command(DOCS, HTML, BUILD / "doctrees")
+    result = run(cmd, BUILD_TIMEOUT, cwd=ROOT)
+    result.offline = prefix is not None
+    return result
 
 
 @pytest.fixture(scope="session")

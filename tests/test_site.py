@@ -4,7 +4,7 @@ import re
 
 import nbformat
 import pytest
-from conftest import DOCS, NOTEBOOKS, ROOT, guide_names
+from conftest import DOCS, NOTEBOOKS, ROOT, conf, guide_names
 
 IGNORE = "nbval-ignore-output"
 
@@ -64,8 +64,7 @@ def test_guide_sets_up_eight_devices_before_importing_jax(name):
 
 def test_requirements_pin_every_dependency_exactly():
     lines = [
-        line.split("#")[0].strip()
-        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
     ]
     reqs = [line for line in lines if line]
     loose = [r for r in reqs if not re.fullmatch(r"[A-Za-z0-9_.\[\]-]+==[\w.]+", r)]
@@ -113,3 +112,30 @@ def test_ci_and_read_the_docs_build_the_same_way():
     assert "-c ." in rtd and "-W" in rtd and "--keep-going" in rtd
     assert "nb_execution_mode=force" in rtd
     assert "requirements.txt" in rtd
+
+
+def test_pre_commit_hooks_use_the_pinned_versions():
+    pins = dict(
+        line.strip().split("==")
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if "==" in line
+    )
+    config = (ROOT / ".pre-commit-config.yaml").read_text()
+    revs = dict(re.findall(r"repo: https://github\.com/[\w-]+/([\w-]+)\s+rev: v([\w.]+)", config))
+    assert revs.get("jupytext") == pins["jupytext"], f"hooks {revs}, pin {pins['jupytext']}"
+    assert revs.get("ruff-pre-commit") == pins["ruff"], f"ruff hook {revs}, pin {pins['ruff']}"
+    assert re.search(r"id: jupytext\s+args: \[--sync\]", config), "the jupytext hook must --sync"
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: lint$", makefile, re.M), "`make test` must run `make lint` first"
+
+
+def test_colab_link_of_every_guide_opens_its_own_notebook():
+    colab_url = conf()["colab_url"]
+    for name in guide_names():
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+        first_text = next(c.source for c in nb.cells if c.cell_type == "markdown")
+        links = re.findall(r"\[Open in Colab\]\(([^)]*)\)", first_text)
+        assert links == [colab_url(name)], (
+            f"{name}.ipynb: the first markdown cell must link [Open in Colab]({colab_url(name)}),"
+            f" found {links}. After changing REPOSITORY_URL in conf.py, run `make sync`."
+        )
