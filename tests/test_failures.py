@@ -94,3 +94,39 @@ def test_sanitizer_masks_timings_and_only_timings():
 
     assert sanitize(timing) == "TIMEIT"
     assert sanitize("loss 0.4064") == "loss 0.4064"
+
+
+def make_html(*args):
+    """`make html` in the repository with the given overrides (a VENV under tmp_path)."""
+    return run(["make", "--no-print-directory", "html", *args], 300, cwd=ROOT)
+
+
+def test_make_html_names_a_missing_python(tmp_path):
+    result = make_html("PYTHON=python3-not-here", f"VENV={tmp_path / 'venv'}")
+    assert result.returncode != 0
+    assert "error: 'python3-not-here' not found" in result.stdout, result.stdout
+
+
+def test_make_html_names_a_python_without_venv_support(tmp_path):
+    # A python3 whose venv module is missing, as on Debian without python3-venv.
+    fake = tmp_path / "python3"
+    fake.write_text(
+        f'#!/bin/sh\ncase "$*" in *"import venv"*) exit 1;; esac\nexec {sys.executable} "$@"\n'
+    )
+    fake.chmod(0o755)
+    result = make_html(f"PYTHON={fake}", f"VENV={tmp_path / 'venv'}")
+    assert result.returncode != 0
+    assert "cannot create virtual environments" in result.stdout, result.stdout
+    assert "apt-get install python3-venv" in result.stdout, result.stdout
+    assert not (tmp_path / "venv").exists()
+
+
+def test_make_html_names_a_broken_environment(tmp_path):
+    # An environment that was installed once and has since lost its packages.
+    venv = tmp_path / "venv"
+    assert run([sys.executable, "-m", "venv", "--without-pip", str(venv)], 120).returncode == 0
+    (venv / ".installed").touch()
+    result = make_html(f"VENV={venv}")
+    assert result.returncode != 0
+    assert f"the environment in {venv} is broken" in result.stdout, result.stdout
+    assert "No module named" in result.stdout and "rm -rf" in result.stdout, result.stdout

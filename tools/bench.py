@@ -1,0 +1,122 @@
+"""`make bench`: how long building the site takes, against executing its guides bare.
+
+A benchmark, not a test: it measures and prints, and fails only when a build fails. Everything
+runs in a temporary copy of the repository that shares .venv, so your _build/ and docs/ are
+left alone. Measured, each --repeat times (medians printed):
+
+- a clean `make html` (no _build, no execution cache),
+- a `make html` with nothing changed,
+- a `make html` after a prose-only edit of one guide (the cache must execute nothing),
+- each guide's notebook executed bare with `jupyter execute` (no Sphinx),
+
+and the ratio of the clean build to the sum of the bare executions.
+"""
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COPIED = ["docs", "notebooks", "conf.py", "Makefile", "requirements.txt", "jupytext.toml"]
+PROSE_EDIT = "\n\nThis sentence was added by `make bench` to time a prose-only rebuild.\n"
+
+
+def timed(cmd, cwd):
+    start = time.perf_counter()
+    result = subprocess.run(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)} failed in {cwd}:\n{result.stdout[-5000:]}")
+    return elapsed, result.stdout
+
+
+def guides(work):
+    return sorted(
+        p.stem
+        for p in (work / "docs").glob("*.md")
+        if re.search(r"^jupytext:", p.read_text(), re.M)
+    )
+
+
+def one_round(work, names):
+    times = {}
+    shutil.rmtree(work / "_build", ignore_errors=True)
+    times["clean make html"], out = timed(["make", "html"], work)
+    executed = out.count("Executing notebook using")
+    assert executed == len(names), f"the clean build executed {executed} of {len(names)} guides"
+
+    times["no-change rebuild"], _ = timed(["make", "html"], work)
+
+    md = work / "docs" / f"{names[0]}.md"
+    original = md.read_text()
+    md.write_text(original + PROSE_EDIT)
+    try:
+        times["prose-edit rebuild"], out = timed(["make", "html"], work)
+    finally:
+        md.write_text(original)
+    times["guides executed by the prose edit"] = out.count("Executing notebook using")
+    assert "Using cached notebook" in out, "the prose-only edit did not reach the cache"
+    timed(["make", "html"], work)  # back to the unedited page, not timed
+
+    for name in names:
+        times[f"bare: {name}"], _ = timed(
+            [str(work / ".venv" / "bin" / "jupyter"), "execute", f"notebooks/{name}.ipynb"], work
+        )
+    return times
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; medians are printed")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        work = Path(tmp)
+        for item in COPIED:  # copy2 keeps mtimes, so make sees .venv as up to date
+            src = ROOT / item
+            if src.is_dir():
+                shutil.copytree(src, work / item, copy_function=shutil.copy2)
+            else:
+                shutil.copy2(src, work / item)
+        os.symlink(ROOT / ".venv", work / ".venv")
+        names = guides(work)
+        rounds = []
+        for i in range(args.repeat):
+            print(f"round {i + 1} of {args.repeat} ...", flush=True)
+            rounds.append(one_round(work, names))
+
+    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    bare = sum(median[f"bare: {n}"] for n in names)
+    median["sum of bare executions"] = bare
+    median["clean/bare"] = median["clean make html"] / bare
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    print(f"\nmachine: {machine}")
+    print(f"guides: {len(names)}; rounds: {args.repeat} (medians)\n")
+    for key, value in median.items():
+        shown = f"{value:.0f}" if key.startswith("guides executed") else f"{value:.2f}"
+        unit = "" if key.startswith("guides executed") or key == "clean/bare" else " s"
+        print(f"  {key:40} {shown}{unit}")
+    print()
+    checks = [
+        ("clean build within 1.15x of the bare executions", median["clean/bare"] <= 1.15),
+        ("no-change rebuild under 5 s", median["no-change rebuild"] < 5.0),
+        ("prose-only edit executes nothing", median["guides executed by the prose edit"] == 0),
+    ]
+    for label, ok in checks:
+        print(f"  {'met   ' if ok else 'MISSED'} {label}")
+    clean = median["clean make html"]
+    print(f"\n  Sphinx's own share of the clean build: {clean - bare:.1f} s of {clean:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
