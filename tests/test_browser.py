@@ -32,7 +32,9 @@ DEVICE_LABEL = re.compile(r"\b(?:CPU|GPU|TPU) \d+(?:,\d+)*")
 
 def find_chromium():
     if os.environ.get("CHROMIUM"):
-        return os.environ["CHROMIUM"]
+        path = shutil.which(os.environ["CHROMIUM"])
+        assert path, f"CHROMIUM={os.environ['CHROMIUM']} is not an executable browser"
+        return path
     return next((path for n in CHROMIUM_NAMES if (path := shutil.which(n))), None)
 
 
@@ -61,7 +63,9 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def base_url(site):
+def base_url(browser, request):
+    # Asked for only once a browser was found, so that a skip does not wait for the build.
+    site = request.getfixturevalue("site")
     assert site.returncode == 0, "the build failed; see tests/test_build.py"
     handler = functools.partial(QuietHandler, directory=str(HTML))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

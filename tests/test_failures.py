@@ -6,6 +6,7 @@ real guides without executing them again.
 
 import json
 import sys
+from pathlib import Path
 
 from conftest import ROOT, run, sphinx_command
 
@@ -130,3 +131,15 @@ def test_make_html_names_a_broken_environment(tmp_path):
     assert result.returncode != 0
     assert f"the environment in {venv} is broken" in result.stdout, result.stdout
     assert "No module named" in result.stdout and "rm -rf" in result.stdout, result.stdout
+
+
+def test_a_missing_browser_skips_locally_and_fails_under_ci(tmp_path):
+    """No Chromium on PATH: a skip that says how to install it; under CI=true, a failure."""
+    test = f"{ROOT / 'tests' / 'test_browser.py'}::test_index_page_links_every_guide"
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", test]
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    local = run(cmd, 300, cwd=ROOT, env=env)
+    assert "1 skipped" in local.stdout and "apt-get install chromium" in local.stdout, local.stdout
+    in_ci = run(cmd, 300, cwd=ROOT, env={**env, "CI": "true"})
+    assert in_ci.returncode == 1 and "1 error" in in_ci.stdout, in_ci.stdout
+    assert "Under CI=true this is a failure" in in_ci.stdout, in_ci.stdout
