@@ -40,6 +40,9 @@ $(STAMP): requirements.txt
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt || { \
 	  echo "error: installing requirements.txt into $(VENV) failed; see pip's message above."; \
 	  echo "       Remove $(VENV) and run make again to start from a clean environment."; exit 1; }
+	@# Build matplotlib's font cache now: built during a guide, it can warn on stderr.
+	@$(BIN)/python -c 'import matplotlib.pyplot' || { \
+	  echo "error: matplotlib, just installed into $(VENV), does not import; see above."; exit 1; }
 	@touch $@
 
 # An installed environment that no longer works (a removed package, a Python that was upgraded
