@@ -6,6 +6,7 @@ says what to do, not fail later, deep inside a sharded computation.
 """
 
 import os
+import re
 import sys
 
 import nbformat
@@ -18,8 +19,8 @@ FLAG = "--xla_force_host_platform_device_count="
 def setup_cell(name):
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
     cells = [c.source for c in nb.cells if c.cell_type == "code" and FLAG in c.source]
-    assert len(cells) == 1, f"{name}: expected one setup cell that sets {FLAG}"
-    return cells[0]
+    assert cells, f"{name}: no setup cell sets {FLAG}"
+    return cells[0]  # the first; a later one may set the flag for child processes
 
 
 def clean_env():
@@ -36,7 +37,7 @@ def test_setup_cell_after_jax_started_says_what_to_do(name):
     assert result.returncode == 1, out
     assert "started with 1 device" in out, out
     last = out.strip().splitlines()[-1]
-    assert last.startswith("RuntimeError: This guide needs 8 devices, found 1."), out
+    assert re.match(r"RuntimeError: This guide needs 8 (CPU )?devices, found 1\b", last), out
     assert "Restart the kernel" in last and "before any other cell imports jax" in last, out
 
 
