@@ -58,6 +58,8 @@ html_theme_options = {
     "use_download_button": True,
     "launch_buttons": {"colab_url": COLAB},
 }
+html_static_path = ["docs/_static"]
+html_css_files = ["site.css"]
 # Left empty, the theme's script logs "Got invalid theme mode" as a console error.
 html_context = {"default_mode": "auto"}
 # Every guide is a pair: docs/NAME.md (MyST, the source you edit) and notebooks/NAME.ipynb

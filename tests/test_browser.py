@@ -73,6 +73,7 @@ def base_url(browser, request):
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+    server.server_close()
     thread.join(timeout=10)
 
 
