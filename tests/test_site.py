@@ -1,10 +1,13 @@
 """The site's own promises, checked on the sources: pairs, toctree, pins, commands, metadata."""
 
+import json
 import re
+import sys
+from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import DOCS, NOTEBOOKS, ROOT, conf, guide_names
+from conftest import DOCS, NOTEBOOKS, ROOT, conf, guide_names, run
 
 IGNORE = "nbval-ignore-output"
 
@@ -139,3 +142,25 @@ def test_colab_link_of_every_guide_opens_its_own_notebook():
             f"{name}.ipynb: the first markdown cell must link [Open in Colab]({colab_url(name)}),"
             f" found {links}. After changing REPOSITORY_URL in conf.py, run `make sync`."
         )
+
+
+def test_scripts_that_guides_write_pass_ruff(tmp_path):
+    """Ruff skips cells that start with a cell magic, so the scripts a guide writes to files
+    (`%%writefile NAME` or the multi_host guide's `%%to_workdir NAME`) are checked here."""
+    scripts = []
+    for name in guide_names():
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+        for cell in nb.cells:
+            match = re.match(r"%%(?:writefile|to_workdir) +(\S+\.py)\n", cell.source)
+            if cell.cell_type == "code" and match:
+                path = tmp_path / name / Path(match[1]).name
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(cell.source[match.end() :] + "\n")
+                scripts.append(path)
+    # The scripts import one another: tell isort they are this project's own modules.
+    first_party = "lint.isort.known-first-party = " + json.dumps([p.stem for p in scripts])
+    config = ["--config", str(ROOT / "ruff.toml"), "--config", first_party]
+    ruff = str(Path(sys.executable).parent / "ruff")
+    for args in (["check"], ["format", "--check"]):
+        result = run([ruff, *args, *config, *map(str, scripts)], 120, cwd=tmp_path)
+        assert result.returncode == 0, f"ruff {args[0]} on the guides' scripts:\n{result.stdout}"
