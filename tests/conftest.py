@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import guides as tools_guides  # noqa: E402  (tools/guides.py)
+
 DOCS = ROOT / "docs"
 NOTEBOOKS = ROOT / "notebooks"
 BUILD = ROOT / "_build"
@@ -23,9 +26,7 @@ SMART_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u20
 
 def guide_names():
     """Guides are the docs/*.md files with a jupytext header (the index page has none)."""
-    return sorted(
-        p.stem for p in DOCS.glob("*.md") if re.search(r"^jupytext:", p.read_text(), re.M)
-    )
+    return tools_guides.guide_names(DOCS)
 
 
 def conf():

@@ -12,6 +12,15 @@ from conftest import DOCS, NOTEBOOKS, ROOT, conf, guide_names, run
 IGNORE = "nbval-ignore-output"
 
 
+def pinned_versions():
+    """{package: version} for every `package==version` line of requirements.txt."""
+    return dict(
+        line.strip().split("==")
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if "==" in line
+    )
+
+
 def toctree_entries(md_text):
     blocks = re.findall(r"```\{toctree\}(.*?)```", md_text, re.S)
     lines = [line.strip() for block in blocks for line in block.splitlines()]
@@ -81,11 +90,7 @@ def test_requirements_pin_every_dependency_exactly():
 
 
 def test_colab_install_cell_uses_the_pinned_versions():
-    pins = dict(
-        line.strip().split("==")
-        for line in (ROOT / "requirements.txt").read_text().splitlines()
-        if "==" in line
-    )
+    pins = pinned_versions()
     for name in guide_names():
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
         install = next(c.source for c in nb.cells if "google.colab" in c.source)
@@ -118,11 +123,7 @@ def test_ci_and_read_the_docs_build_the_same_way():
 
 
 def test_pre_commit_hooks_use_the_pinned_versions():
-    pins = dict(
-        line.strip().split("==")
-        for line in (ROOT / "requirements.txt").read_text().splitlines()
-        if "==" in line
-    )
+    pins = pinned_versions()
     config = (ROOT / ".pre-commit-config.yaml").read_text()
     revs = dict(re.findall(r"repo: https://github\.com/[\w-]+/([\w-]+)\s+rev: v([\w.]+)", config))
     assert revs.get("jupytext") == pins["jupytext"], f"hooks {revs}, pin {pins['jupytext']}"

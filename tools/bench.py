@@ -15,7 +15,6 @@ and the ratio of the clean build to the sum of the bare executions.
 import argparse
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -23,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from guides import guide_names
 
 ROOT = Path(__file__).resolve().parent.parent
 COPIED = ["docs", "notebooks", "conf.py", "Makefile", "requirements.txt", "jupytext.toml"]
@@ -38,14 +39,6 @@ def timed(cmd, cwd):
     if result.returncode != 0:
         sys.exit(f"bench: {' '.join(cmd)} failed in {cwd}:\n{result.stdout[-5000:]}")
     return elapsed, result.stdout
-
-
-def guides(work):
-    return sorted(
-        p.stem
-        for p in (work / "docs").glob("*.md")
-        if re.search(r"^jupytext:", p.read_text(), re.M)
-    )
 
 
 def one_round(work, names):
@@ -89,7 +82,7 @@ def main():
             else:
                 shutil.copy2(src, work / item)
         os.symlink(ROOT / ".venv", work / ".venv")
-        names = guides(work)
+        names = guide_names(work / "docs")
         rounds = []
         for i in range(args.repeat):
             print(f"round {i + 1} of {args.repeat} ...", flush=True)

@@ -10,28 +10,25 @@ import runpy
 import sys
 from pathlib import Path
 
+from guides import guide_names
+
 ROOT = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"^\[Open in Colab\]\([^)]*\)", re.M)
 
 
-def expected_link(name):
-    conf = runpy.run_path(str(ROOT / "conf.py"))
-    return f"[Open in Colab]({conf['colab_url'](name)})"
-
-
 def main():
+    colab_url = runpy.run_path(str(ROOT / "conf.py"))["colab_url"]
     status = 0
-    for md in sorted((ROOT / "docs").glob("*.md")):
+    for name in guide_names(ROOT / "docs"):
+        md = ROOT / "docs" / f"{name}.md"
         text = md.read_text()
-        if not re.search(r"^jupytext:", text, re.M):
-            continue  # not a guide (the index page)
         if not LINK.search(text):
             print(
                 f"error: {md.relative_to(ROOT)} has no '[Open in Colab](...)' line after its title"
             )
             status = 1
             continue
-        new = LINK.sub(lambda _: expected_link(md.stem), text, count=1)
+        new = LINK.sub(lambda _: f"[Open in Colab]({colab_url(name)})", text, count=1)
         if new != text:
             md.write_text(new)
             print(f"updated the Colab link in {md.relative_to(ROOT)}")
