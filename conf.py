@@ -15,6 +15,11 @@ REPOSITORY_BRANCH = "main"
 COLAB = "https://colab.research.google.com"
 
 
+def helpers_requirement():
+    """What a guide's Colab setup cell installs for `import guide_helpers`: this repository."""
+    return f"guide-helpers @ git+{REPOSITORY_URL}@{REPOSITORY_BRANCH}"
+
+
 def colab_url(name):
     """Colab opens the committed notebook, notebooks/NAME.ipynb (it cannot open the md)."""
     path = REPOSITORY_URL.split("github.com/", 1)[1]

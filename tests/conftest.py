@@ -18,6 +18,8 @@ DOCS = ROOT / "docs"
 NOTEBOOKS = ROOT / "notebooks"
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
+# The notebooks that the test build executed (a jupyter-cache), compared with notebooks/*.ipynb.
+EXECUTED = BUILD / "executed"
 BUILD_TIMEOUT = 1800
 IN_CI = os.environ.get("CI", "").lower() == "true"
 # Sphinx renders ' and " as typographic quotes; compare text after mapping them back.
@@ -41,14 +43,22 @@ def headings(md_text):
     return [re.sub(r"[`*]", "", h).strip() for h in found]
 
 
-def sphinx_command(srcdir, outdir, doctrees):
+def sphinx_command(srcdir, outdir, doctrees, executed=None):
     """The site's build command: conf.py at the root, warnings fatal, every guide executed.
 
-    -E reads every page again (no saved environment), so no guide escapes execution.
+    -E reads every page again (no saved environment), so no guide escapes execution. With
+    `executed`, a folder that must not exist yet, the guides are executed into a new, empty
+    jupyter-cache there (myst-nb's `cache` mode with nothing cached executes every guide, once),
+    which keeps each executed notebook for tests/test_outputs.py; without it, `force` mode.
     """
+    if executed is None:
+        mode = ["-D", "nb_execution_mode=force"]
+    else:
+        assert not Path(executed).exists(), f"{executed} must be new, so that every guide runs"
+        mode = ["-D", "nb_execution_mode=cache", "-D", f"nb_execution_cache_path={executed}"]
     return [
         sys.executable, "-m", "sphinx", "-E", "-b", "html", "-c", str(ROOT), "-d", str(doctrees),
-        "-W", "--keep-going", "-D", "nb_execution_mode=force", str(srcdir), str(outdir),
+        "-W", "--keep-going", *mode, str(srcdir), str(outdir),
     ]  # fmt: skip
 
 
@@ -76,13 +86,16 @@ def run(cmd, timeout, **kwargs):
 
 @pytest.fixture(scope="session")
 def site():
-    """The real build of the site into _build/html, every guide executed, networking cut off.
+    """The real build of the site into _build/html, every guide executed once, networking cut off.
 
+    The executed notebooks are kept in EXECUTED: tests/test_outputs.py compares the stored
+    notebooks with them, so `make test` executes each guide once, not twice.
     Where a network namespace cannot be made (no unshare, no privileges), it builds online and
     `site.offline` is False; tests/test_build.py then skips its offline check (fails under CI).
     """
     prefix = offline_prefix()
-    cmd = (prefix or []) + sphinx_command(DOCS, HTML, BUILD / "doctrees")
+    shutil.rmtree(EXECUTED, ignore_errors=True)
+    cmd = (prefix or []) + sphinx_command(DOCS, HTML, BUILD / "doctrees", executed=EXECUTED)
     result = run(cmd, BUILD_TIMEOUT, cwd=ROOT)
     result.offline = prefix is not None
     return result

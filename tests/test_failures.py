@@ -1,10 +1,9 @@
-"""The gates themselves: a failing cell, a deprecation warning, a changed output each fail.
+"""The gates themselves: a failing cell and a deprecation warning fail the build.
 
 Each test builds or checks a tiny throwaway guide, so it proves the machinery that guards the
 real guides without executing them again.
 """
 
-import json
 import sys
 from pathlib import Path
 
@@ -52,32 +51,6 @@ def test_failing_cell_and_deprecation_warning_fail_the_build(tmp_path):
     assert "ZeroDivisionError" in out and "1 / 0" in out, out
     # Stderr in a cell is a warning naming the guide and the cell, and -W makes it fatal.
     assert "warning_guide.md" in out and "stderr was found in the cell outputs" in out, out
-
-
-def test_nbval_fails_on_a_stored_output_that_no_longer_matches(tmp_path):
-    nb = {
-        "cells": [
-            {
-                "cell_type": "code",
-                "execution_count": 1,
-                "metadata": {},
-                "source": "print(6 * 7)",
-                "outputs": [{"output_type": "stream", "name": "stdout", "text": "41\n"}],
-            }
-        ],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    path = tmp_path / "stale.ipynb"
-    path.write_text(json.dumps(nb))
-    cmd = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval",
-        "--nbval-current-env", "--rootdir", str(tmp_path), str(path),
-    ]  # fmt: skip
-    result = run(cmd, 300, cwd=tmp_path)
-    assert result.returncode == 1, result.stdout
-    assert "1 failed" in result.stdout and "41" in result.stdout and "42" in result.stdout
 
 
 def test_sanitizer_masks_timings_and_only_timings():

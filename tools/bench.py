@@ -8,8 +8,11 @@ left alone. Measured, each --repeat times (medians printed):
 - a `make html` with nothing changed,
 - a `make html` after a prose-only edit of one guide (the cache must execute nothing),
 - each guide's notebook executed bare with `jupyter execute` (no Sphinx),
+- `make test` (lint, the real build with each guide executed once, the output comparison, the
+  browser test and the rest),
 
-and the ratio of the clean build to the sum of the bare executions.
+and two ratios: the clean build to the sum of the bare executions, and `make test` to the
+clean build.
 """
 
 import argparse
@@ -26,7 +29,6 @@ from pathlib import Path
 from guides import guide_names
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ["docs", "notebooks", "conf.py", "Makefile", "requirements.txt", "jupytext.toml"]
 PROSE_EDIT = "\n\nThis sentence was added by `make bench` to time a prose-only rebuild.\n"
 
 
@@ -65,7 +67,18 @@ def one_round(work, names):
         times[f"bare: {name}"], _ = timed(
             [str(work / ".venv" / "bin" / "jupyter"), "execute", f"notebooks/{name}.ipynb"], work
         )
+    times["make test"], out = timed(["make", "test"], work)
+    assert " passed" in out and " failed" not in out, out[-3000:]
     return times
+
+
+def working_tree():
+    """The repository's files as they are now: tracked and new ones, not the ignored ones."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, stdout=subprocess.PIPE, check=True,
+    ).stdout.decode()  # fmt: skip
+    return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
 
 
 def main():
@@ -75,12 +88,9 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
-        for item in COPIED:  # copy2 keeps mtimes, so make sees .venv as up to date
-            src = ROOT / item
-            if src.is_dir():
-                shutil.copytree(src, work / item, copy_function=shutil.copy2)
-            else:
-                shutil.copy2(src, work / item)
+        for item in working_tree():  # copy2 keeps mtimes, so make sees .venv as up to date
+            (work / item).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / item, work / item)
         os.symlink(ROOT / ".venv", work / ".venv")
         names = guide_names(work / "docs")
         rounds = []
@@ -92,18 +102,20 @@ def main():
     bare = sum(median[f"bare: {n}"] for n in names)
     median["sum of bare executions"] = bare
     median["clean/bare"] = median["clean make html"] / bare
+    median["test/build"] = median["make test"] / median["clean make html"]
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"\nmachine: {machine}")
     print(f"guides: {len(names)}; rounds: {args.repeat} (medians)\n")
     for key, value in median.items():
         shown = f"{value:.0f}" if key.startswith("guides executed") else f"{value:.2f}"
-        unit = "" if key.startswith("guides executed") or key == "clean/bare" else " s"
+        unit = "" if key.startswith("guides executed") or "/" in key else " s"
         print(f"  {key:40} {shown}{unit}")
     print()
     checks = [
         ("clean build within 1.15x of the bare executions", median["clean/bare"] <= 1.15),
         ("no-change rebuild under 5 s", median["no-change rebuild"] < 5.0),
         ("prose-only edit executes nothing", median["guides executed by the prose edit"] == 0),
+        ("make test under 2x a clean make html", median["test/build"] < 2.0),
     ]
     for label, ok in checks:
         print(f"  {'met   ' if ok else 'MISSED'} {label}")

@@ -1,0 +1,13 @@
+"""Plumbing shared by the site's guides, so that each page shows its lesson and not this.
+
+- `require_devices`: the setup check that says what to do when a kernel has too few devices.
+- `guide_helpers.compiled`: what a compiled step communicates and computes, read from its HLO.
+- `guide_helpers.launch`: run one script as several JAX processes, bounded in time.
+- `guide_helpers.tables`: HTML tables and byte formatting for the pages.
+
+Each part is tested once, in tests/test_guide_helpers.py.
+"""
+
+from guide_helpers.devices import require_devices
+
+__all__ = ["require_devices"]

@@ -1,0 +1,305 @@
+"""What a compiled step communicates and computes, read from the program XLA compiled.
+
+`compiled` is what `jax.jit(f).lower(*args).compile()` returns. Its HLO text
+(`compiled.as_text()`) is the program each device runs: computations (the entry, loop bodies,
+reductions), each a list of instructions. Everything here is read from that text:
+
+- `collectives(compiled)`: one `Collective` per collective instruction, with the shape it moves,
+  the size of its device groups, where it sits (in a loop body, the entry computation, or
+  elsewhere) and how many times it runs per step, following the loops' trip counts;
+- `per_step(rows)`: {(kind, bytes, group size): runs per step}, the form a formula predicts;
+- `sent_per_device(rows)`: bytes each device sends per step if every collective runs as a ring;
+- `matmul_flops(compiled)`: FLOPs of every matrix multiplication (`dot`) per step;
+- `trip_counts(compiled)`, `instruction_count(compiled)`, `memory(compiled)`.
+
+Where an instruction sits is decided by the computation it belongs to, not by its op name: XLA
+keeps an op's name when it moves (hoists) the op out of a loop, so "while/body" in a name does
+not mean the op runs in the loop.
+"""
+
+import collections
+import math
+import re
+from typing import NamedTuple
+
+COLLECTIVE_KINDS = (
+    "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+)  # fmt: skip
+DTYPE_BYTES = {
+    "pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+    "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8,
+}  # fmt: skip
+# Ring cost model: an all-reduce is a reduce-scatter then an all-gather, so it sends twice.
+RING_PASSES = {"all-reduce": 2, "all-gather": 1, "reduce-scatter": 1, "all-to-all": 1}
+
+_HEADER = re.compile(r"^(ENTRY )?%(\S+) .*\{$")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT )?%(?P<name>\S+) = (?P<shape>.+?) (?P<op>[a-z][\w-]*)\((?P<args>[^)]*)\)"
+    r"(?P<attrs>.*)$"
+)
+_ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
+_CALLS = re.compile(
+    r"\b(calls|body|condition|to_apply|branch_computations|called_computations)="
+    r"(\{[^}]*\}|%[\w.-]+)"
+)
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+
+
+class Instruction(NamedTuple):
+    name: str
+    computation: str
+    shape: str
+    op: str
+    operands: tuple
+    attrs: str
+
+
+class Collective(NamedTuple):
+    kind: str  # "all-reduce", "all-gather", ...
+    shape: str  # the result's shape, e.g. "f32[8,256]", without its memory layout
+    nbytes: int  # bytes of that result
+    group: int  # devices in each replica group
+    groups: str  # the replica groups as XLA prints them
+    where: str  # "loop" (a loop body or what it calls), "entry", or "other"
+    per_step: int  # times it runs per call of the compiled function
+    operand: str  # the argument of the step it applies to directly, if any ("" otherwise)
+    op_name: str  # the JAX operation it was made from (XLA's metadata)
+
+
+def _strip_layout(shape):
+    return re.sub(r"\{[\d,]*\}", "", shape)
+
+
+def arrays(shape):
+    """[(dtype, dims)] of an HLO shape, one array or a tuple of them."""
+    return [(t, [int(d) for d in dims.split(",") if d]) for t, dims in _ARRAY.findall(shape)]
+
+
+def shape_bytes(shape):
+    """Bytes of an HLO shape such as "f32[8,256]" or "(f32[4], bf16[2,2])"."""
+    return sum(DTYPE_BYTES[t] * math.prod(dims) for t, dims in arrays(shape))
+
+
+class Program(NamedTuple):
+    entry: str
+    instructions: list  # every Instruction, in program order
+    calls: dict  # {computation: [(how, callee)]}, how is "body", "calls", ...
+    trips: dict  # {while instruction name: known trip count}
+
+
+def parse(text):
+    """The computations of an HLO module's text: its instructions and what calls what."""
+    instructions, calls, trips = [], collections.defaultdict(list), {}
+    entry = current = None
+    for line in text.splitlines():
+        if header := _HEADER.match(line):
+            current = header[2]
+            entry = current if header[1] else entry
+            continue
+        if current is None or not (match := _INSTRUCTION.match(line)):
+            continue
+        args = tuple(a.strip().lstrip("%") for a in match["args"].split(",") if a.strip())
+        ins = Instruction(
+            match["name"], current, match["shape"], match["op"], args, match["attrs"]
+        )
+        instructions.append(ins)
+        for how, callees in _CALLS.findall(ins.attrs):
+            calls[current] += [(how, c) for c in re.findall(r"%([\w.-]+)", callees)]
+            if how == "body" and (trip := _TRIP_COUNT.search(ins.attrs)):
+                trips[ins.name] = int(trip[1])
+    return Program(entry, instructions, dict(calls), trips)
+
+
+def _runs_per_step(program):
+    """{computation: times it runs per step}; a loop body runs its known trip count.
+
+    A loop without a known trip count is counted once: its count is not in the program.
+    """
+    trip_of_body = {}
+    for ins in program.instructions:
+        if ins.op == "while" and ins.name in program.trips:
+            body = re.search(r"\bbody=%([\w.-]+)", ins.attrs)[1]
+            trip_of_body[body] = program.trips[ins.name]
+    runs = collections.Counter()
+
+    def visit(computation, times):
+        runs[computation] += times
+        for how, callee in program.calls.get(computation, ()):
+            if how in ("to_apply",):  # a reduction's adder: not a separate run of the step
+                continue
+            factor = trip_of_body.get(callee, 1) if how == "body" else 1
+            visit(callee, times * factor)
+
+    visit(program.entry, 1)
+    return runs
+
+
+def _in_loops(program):
+    """Every computation that a loop body is or calls, directly or not."""
+    found, todo = set(), []
+    for ins in program.instructions:
+        if ins.op == "while":
+            todo.append(re.search(r"\bbody=%([\w.-]+)", ins.attrs)[1])
+    while todo:
+        if (computation := todo.pop()) not in found:
+            found.add(computation)
+            todo.extend(callee for _, callee in program.calls.get(computation, ()))
+    return found
+
+
+def group_size(attrs):
+    """Devices per replica group, in any of the notations XLA prints."""
+    if groups := re.search(r"replica_groups=\{\{([\d,]*)\}", attrs):  # {{0,1,2,3},{4,5,6,7}}
+        return len(groups[1].split(","))
+    if groups := re.search(r"replica_groups=\[\d+,(\d+)\]<=", attrs):  # [4,2]<=[2,4]T(1,0)
+        return int(groups[1])
+    if groups := re.search(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}", attrs):
+        sizes = {axis: int(n) for axis, n in re.findall(r"'(\w+)'=(\d+)", groups[1])}
+        return math.prod(sizes[axis] for axis in re.findall(r"'(\w+)'", groups[2]))
+    if "source_target_pairs=" in attrs:  # a collective-permute sends between pairs
+        return 2
+    raise ValueError(f"no replica groups in {attrs[:200]!r}")
+
+
+def _groups_text(attrs):
+    groups = re.search(r"(?:replica_groups|source_target_pairs)=(.+?)(?=, [a-z_]+=|$)", attrs)
+    return groups[1] if groups else ""
+
+
+def collectives(compiled):
+    """One Collective per collective instruction of a compiled function's program."""
+    program = parse(compiled.as_text())
+    runs, in_loops = _runs_per_step(program), _in_loops(program)
+    arguments = {
+        ins.name: ins
+        for ins in program.instructions
+        if ins.op == "parameter" and ins.computation == program.entry
+    }
+    found = []
+    for ins in program.instructions:
+        kind = ins.op.removesuffix("-start")
+        if kind not in COLLECTIVE_KINDS:
+            continue
+        shape = _strip_layout(ins.shape)
+        if ins.op.endswith("-start"):  # an async pair: the start's shape also holds its input
+            shape = _strip_layout(_async_result(ins.shape))
+        where = (
+            "loop" if ins.computation in in_loops
+            else "entry" if ins.computation == program.entry
+            else "other"
+        )  # fmt: skip
+        of_argument = next((arguments[a] for a in ins.operands if a in arguments), None)
+        op_name = _OP_NAME.search(ins.attrs)
+        found.append(
+            Collective(
+                kind=kind,
+                shape=shape,
+                nbytes=shape_bytes(shape),
+                group=group_size(ins.attrs),
+                groups=_groups_text(ins.attrs),
+                where=where,
+                per_step=runs[ins.computation],
+                operand=_op_name(of_argument) if of_argument else "",
+                op_name=op_name[1].replace("\\'", "'") if op_name else "",
+            )
+        )
+    return found
+
+
+def _async_result(shape):
+    """The result part of an async start's shape, "((operand), result)" or "(operand, result)"."""
+    inner = shape.strip()[1:-1]
+    depth, split = 0, None
+    for i, ch in enumerate(inner):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            split = i
+    return inner[split + 1 :].strip() if split is not None else shape
+
+
+def _op_name(ins):
+    match = _OP_NAME.search(ins.attrs)
+    return match[1].replace("\\'", "'") if match else ins.name
+
+
+def per_step(rows):
+    """{(kind, bytes, group size): runs per step}, summed over the rows."""
+    counts = collections.Counter()
+    for c in rows:
+        counts[c.kind, c.nbytes, c.group] += c.per_step
+    return counts
+
+
+def sent_per_device(rows):
+    """Bytes each device sends per step if every collective runs as a ring.
+
+    In a ring of n devices an all-gather or a reduce-scatter sends (n - 1) / n of the array
+    from each device, an all-reduce twice that; a collective-permute sends the whole array.
+    """
+    total = 0.0
+    for c in rows:
+        share = RING_PASSES[c.kind] * (c.group - 1) / c.group if c.kind in RING_PASSES else 1
+        total += c.per_step * c.nbytes * share
+    return total
+
+
+def show_collectives(rows):
+    """Print one line per collective: kind, shape, where it sits, group, runs per step."""
+    if not rows:
+        print("  no collectives")
+    for c in rows:
+        print(f"  {c.kind:18} {c.shape:30} {c.where:5} group of {c.group}  x{c.per_step} per step")
+
+
+def matmul_flops(compiled):
+    """FLOPs of every `dot` per step: 2 x output elements x contracted size, times its runs."""
+    program = parse(compiled.as_text())
+    runs = _runs_per_step(program)
+    shapes = {ins.name: ins.shape for ins in program.instructions}
+    flops = 0
+    for ins in program.instructions:
+        if ins.op != "dot" or not runs[ins.computation]:
+            continue
+        ((_, lhs),) = arrays(shapes[ins.operands[0]])
+        ((_, out),) = arrays(ins.shape)
+        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)[1]
+        k = math.prod(lhs[int(d)] for d in contracting.split(",") if d)
+        flops += runs[ins.computation] * 2 * math.prod(out) * k
+    return flops
+
+
+def trip_counts(compiled):
+    """The known trip count of every loop in the program, in program order."""
+    program = parse(compiled.as_text())
+    return [program.trips[i.name] for i in program.instructions if i.name in program.trips]
+
+
+def instruction_count(compiled):
+    """Instructions in the compiled program: a measure of its size."""
+    return len(parse(compiled.as_text()).instructions)
+
+
+class Memory(NamedTuple):
+    arguments: int
+    outputs: int
+    temp: int
+    aliased: int  # output bytes that reuse (donated) argument buffers
+
+    @property
+    def peak_bound(self):
+        """An upper bound of what the step holds at once: arguments, outputs and scratch,
+        with donated buffers counted once."""
+        return self.arguments + self.outputs + self.temp - self.aliased
+
+
+def memory(compiled):
+    """Per-device bytes of a compiled function, from XLA's memory analysis."""
+    m = compiled.memory_analysis()
+    return Memory(
+        m.argument_size_in_bytes,
+        m.output_size_in_bytes,
+        m.temp_size_in_bytes,
+        m.alias_size_in_bytes,
+    )

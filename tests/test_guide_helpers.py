@@ -1,0 +1,336 @@
+"""guide_helpers, the plumbing the guides share, tested once here.
+
+The compiled-program readers run on real programs compiled in this process (8 emulated CPU
+devices) and on small HLO texts written here for the cases a real program here does not show.
+The launcher runs real child processes.
+"""
+
+import ast
+import re
+import signal
+import textwrap
+import time
+from types import SimpleNamespace
+
+import jax
+import jupytext
+import pytest
+from conftest import DOCS, ROOT, guide_names
+
+from guide_helpers import compiled as gc
+from guide_helpers import require_devices, tables
+from guide_helpers.launch import LaunchError, launch, show, without_gloo_messages
+
+# Collected before any test runs, so before JAX starts its backend in this process.
+jax.config.update("jax_num_cpu_devices", 8)
+
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import AxisType, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+
+
+def scanned_step(mesh, layers=3):
+    """The gradient of a scanned two-matmul layer with the main guide's layout, compiled."""
+
+    def forward(w, x):
+        def layer(h, wl):
+            y = jax.nn.relu(h @ wl[0])
+            y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh, P("data", "model")))
+            return y @ wl[1], None
+
+        return jnp.mean(jax.lax.scan(layer, x, w)[0] ** 2)
+
+    def put(shape, spec):
+        return jax.device_put(jnp.ones(shape), NamedSharding(mesh, spec))
+
+    w = (put((layers, 32, 64), P(None, None, "model")), put((layers, 64, 32), P(None, "model")))
+    x = put((16, 32), P("data", None))
+    return jax.jit(jax.grad(forward)).lower(w, x).compile()
+
+
+def test_collectives_of_a_scanned_step_run_once_per_layer(mesh):
+    step = scanned_step(mesh, layers=3)
+    rows = gc.collectives(step)
+    assert {(r.kind, r.where, r.per_step) for r in rows} == {("all-reduce", "loop", 3)}
+    # Forward and backward activation sums over 'model' (groups of 4), the weight gradients
+    # over 'data' (groups of 2): the main guide's pattern.
+    assert sorted((r.group, r.nbytes) for r in rows) == [
+        (2, 2 * 32 * 16 * 4), (4, 8 * 32 * 4), (4, 8 * 32 * 4),
+    ]  # fmt: skip
+    assert gc.per_step(rows) == {("all-reduce", 1024, 4): 6, ("all-reduce", 4096, 2): 3}
+    assert gc.trip_counts(step) == [3, 3]
+    assert all("while/body" in r.op_name for r in rows)
+
+
+def test_show_collectives_prints_one_line_each(mesh, capsys):
+    gc.show_collectives(gc.collectives(scanned_step(mesh)))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(
+        "all-reduce" in line and "x3 per step" in line for line in lines
+    )
+    gc.show_collectives([])
+    assert capsys.readouterr().out.strip() == "no collectives"
+
+
+def test_matmul_flops_count_every_layer_and_the_backward_pass(mesh):
+    # Per device: batch 8, 32 x 16 columns then 16 x 32; forward 2 dots, backward 4, 3 layers.
+    per_layer_dot = 2 * 8 * 32 * 16
+    assert gc.matmul_flops(scanned_step(mesh, layers=3)) == 3 * 6 * per_layer_dot
+    single = jax.jit(jnp.matmul).lower(jnp.ones((16, 256)), jnp.ones((256, 1024))).compile()
+    assert gc.matmul_flops(single) == 2 * 16 * 256 * 1024
+    assert gc.collectives(single) == []
+
+
+def test_program_size_grows_with_an_unrolled_loop_not_with_a_scan():
+    def unrolled(x, n):
+        for _ in range(n):
+            x = jnp.sin(x) @ x
+        return x
+
+    def scanned(x, n):
+        return jax.lax.scan(lambda c, _: (jnp.sin(c) @ c, None), x, None, length=n)[0]
+
+    x = jnp.ones((8, 8))
+
+    def size(f, n):
+        return gc.instruction_count(jax.jit(f, static_argnums=1).lower(x, n).compile())
+
+    assert size(unrolled, 4) > size(unrolled, 2) > size(unrolled, 1)
+    assert size(scanned, 4) == size(scanned, 8)
+
+
+def test_memory_counts_donated_buffers_once():
+    x = jnp.ones((256, 256))
+    kept = gc.memory(jax.jit(lambda a: a * 2).lower(x).compile())
+    donated = gc.memory(jax.jit(lambda a: a * 2, donate_argnums=0).lower(x).compile())
+    assert kept.arguments == kept.outputs == donated.arguments == 256 * 256 * 4
+    assert kept.aliased == 0 and donated.aliased == 256 * 256 * 4
+    assert donated.peak_bound == kept.peak_bound - 256 * 256 * 4
+
+
+# A program as XLA prints it, cut down: a while loop of known trip count 5 whose body holds an
+# all-reduce, and an all-gather that XLA hoisted out of that loop into the entry computation
+# (its op_name still says while/body), applied directly to the step's argument.
+HOISTED = """\
+HloModule step
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%body (p: (s32[], f32[4,8])) -> (s32[], f32[4,8]) {
+  %p = (s32[], f32[4,8]{1,0}) parameter(0)
+  %x = f32[4,8]{1,0} get-tuple-element(%p), index=1
+  %ar = f32[4,8]{1,0} all-reduce(%x), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, \
+to_apply=%add, metadata={op_name="jit(step)/while/body/dot_general"}
+  %i = s32[] get-tuple-element(%p), index=0
+  ROOT %t = (s32[], f32[4,8]{1,0}) tuple(%i, %ar)
+}
+
+%cond (q: (s32[], f32[4,8])) -> pred[] {
+  %q = (s32[], f32[4,8]{1,0}) parameter(0)
+  ROOT %c = pred[] constant(true)
+}
+
+ENTRY %main (w: bf16[2,8]) -> (s32[], f32[4,8]) {
+  %w = bf16[2,8]{1,0} parameter(0), metadata={op_name="state.params['W1']"}
+  %ag = bf16[4,8]{1,0} all-gather(%w), channel_id=2, replica_groups=[4,2]<=[8], dimensions={0}, \
+metadata={op_name="jit(step)/while/body/dynamic_slice"}
+  %z = f32[4,8]{1,0} convert(%ag)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[4,8]{1,0}) tuple(%zero, %z)
+  ROOT %loop = (s32[], f32[4,8]{1,0}) while(%init), condition=%cond, body=%body, \
+backend_config={"known_trip_count":{"n":"5"}}
+}
+""".replace("\\\n", "")
+
+
+def test_where_is_decided_by_the_computation_not_by_the_op_name():
+    program = SimpleNamespace(as_text=lambda: HOISTED)
+    gathered, reduced = sorted(gc.collectives(program))
+    assert gathered.kind == "all-gather" and gathered.where == "entry"
+    assert "while/body" in gathered.op_name  # the name says loop; the computation says entry
+    assert (gathered.per_step, gathered.group, gathered.nbytes) == (1, 2, 4 * 8 * 2)
+    assert gathered.operand == "state.params['W1']" and gathered.shape == "bf16[4,8]"
+    assert (reduced.where, reduced.per_step, reduced.group) == ("loop", 5, 4)
+    assert reduced.operand == "" and reduced.groups == "{{0,1,2,3},{4,5,6,7}}"
+    assert gc.trip_counts(program) == [5]
+
+
+@pytest.mark.parametrize(
+    "attrs, size",
+    [
+        ("replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=%add", 4),
+        ("replica_groups=[4,2]<=[2,4]T(1,0), dimensions={0}", 2),
+        ("replica_groups=mesh['data'=2,'model'=4] {'model'}, to_apply=%add", 4),
+        ("replica_groups=mesh['data'=2,'model'=4] {'data','model'}, to_apply=%add", 8),
+        ("source_target_pairs={{0,1},{1,0}}", 2),
+    ],
+)
+def test_group_size_reads_every_notation(attrs, size):
+    assert gc.group_size(attrs) == size
+
+
+def test_group_size_refuses_what_it_cannot_read():
+    with pytest.raises(ValueError, match="no replica groups"):
+        gc.group_size("dimensions={0}")
+
+
+def test_sent_per_device_is_the_ring_model():
+    def row(kind, nbytes, group, per_step):
+        return gc.Collective(kind, "", nbytes, group, "", "loop", per_step, "", "")
+
+    # All-reduce: 2 (n-1)/n; all-gather and reduce-scatter: (n-1)/n; a permute: all of it.
+    assert gc.sent_per_device([row("all-reduce", 1000, 4, 2)]) == 2 * 2 * 1000 * 3 / 4
+    assert gc.sent_per_device([row("all-gather", 800, 8, 1)]) == 700
+    assert gc.sent_per_device([row("reduce-scatter", 800, 2, 3)]) == 1200
+    assert gc.sent_per_device([row("collective-permute", 64, 2, 4)]) == 256
+    assert gc.shape_bytes("(f32[2,3], bf16[4], pred[])") == 24 + 8 + 1
+
+
+def test_require_devices_names_the_fix_for_too_few_accelerators(monkeypatch):
+    one_gpu = [SimpleNamespace(platform="gpu")]
+    monkeypatch.setattr("guide_helpers.devices.jax.devices", lambda: one_gpu)
+    with pytest.raises(RuntimeError, match=r"needs 8 devices, found 1\. This runtime has 1 GPU"):
+        with require_devices(8):
+            pass
+
+
+def test_require_devices_passes_other_errors_through_and_prints_the_count(capsys):
+    with pytest.raises(RuntimeError, match="unrelated"):
+        with require_devices(8):
+            raise RuntimeError("unrelated")
+    with require_devices(8):
+        pass
+    assert capsys.readouterr().out == "8 devices, platform cpu\n"
+
+
+def test_tables_escape_and_align():
+    table = tables.html_table(["layout", "bytes"], [["<data>", tables.mib(3 * 2**19)]])
+    assert table.data == (
+        '<table><tr><th>layout</th><th style="text-align: right">bytes</th></tr>'
+        '<tr><td>&lt;data&gt;</td><td style="text-align: right">1.50 MiB</td></tr></table>'
+    )
+
+
+def python_of(notebook):
+    """The notebook's code cells as one Python source, IPython magics turned into calls."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    transform = TransformerManager().transform_cell
+    return "\n".join(transform(c.source) for c in notebook.cells if c.cell_type == "code")
+
+
+def test_the_main_guide_defines_the_model_that_guide_helpers_shares():
+    """The main guide writes the model as its lesson; other pages import guide_helpers.models.
+    Both must stay the same, class by class."""
+
+    def classes(source):
+        return {
+            node.name: ast.dump(node)
+            for node in ast.parse(source).body
+            if isinstance(node, ast.ClassDef)
+        }
+
+    shared = classes((ROOT / "guide_helpers" / "models.py").read_text())
+    guide = jupytext.read(DOCS / "scale_up_a_flax_model.md")
+    in_guide = classes(python_of(guide))
+    for name, dump in shared.items():
+        assert in_guide.get(name) == dump, (
+            f"class {name} of docs/scale_up_a_flax_model.md differs from guide_helpers/models.py"
+        )
+
+
+def test_launch_returns_each_process_output_in_order(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text(
+        textwrap.dedent("""\
+            import os, sys
+            i = sys.argv[sys.argv.index("--process-id") + 1]
+            n = sys.argv[sys.argv.index("--num-processes") + 1]
+            print(f"process {i} of {n}", os.environ["XLA_FLAGS"], sys.argv[-1])
+            print("[Gloo] Rank", i, "is connected to 1 peer ranks. ")
+        """)
+    )
+    outputs = launch(str(script), 2, 3, "extra", timeout=60, cwd=tmp_path)
+    flag = "--xla_force_host_platform_device_count=3"
+    assert outputs == {i: [f"process {i} of 2 {flag} extra"] for i in range(2)}
+
+
+def test_show_prefixes_lines_in_process_order(capsys):
+    show({1: ["b"], 0: ["a", "c"]})
+    assert capsys.readouterr().out == "[p0] a\n[p0] c\n[p1] b\n"
+
+
+def test_a_hung_child_fails_within_the_timeout(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text("import time\nprint('started', flush=True)\ntime.sleep(3600)\n")
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as info:
+        launch(str(script), 2, 1, timeout=3)
+    assert time.monotonic() - started < 10
+    assert info.value.returncodes == {0: -signal.SIGKILL, 1: -signal.SIGKILL}
+    assert "not finished within 3 s" in str(info.value)
+    assert "[p0] started" in str(info.value) and "[p1] started" in str(info.value)
+    assert "ended by signal SIGKILL" in str(info.value)
+
+
+def test_a_failed_child_stops_the_others_at_once(tmp_path):
+    script = tmp_path / "fail_one.py"
+    script.write_text(
+        "import sys, time\n"
+        "if '0' == sys.argv[sys.argv.index('--process-id') + 1]:\n"
+        "    sys.exit('process 0 gives up')\n"
+        "time.sleep(3600)\n"
+    )
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as info:
+        launch(str(script), 2, 1, timeout=60)
+    assert time.monotonic() - started < 10
+    assert info.value.returncodes == {0: 1, 1: -signal.SIGKILL}
+    assert "[p0 stderr] process 0 gives up" in str(info.value)
+
+
+def test_gloo_messages_are_dropped_and_nothing_else():
+    lines = [
+        "step 0 loss 0.5",
+        "[Gloo] Rank 0 is connected to 3 peer ranks. "
+        "Expected number of connected peer ranks is : 3",
+        "[Gloo] Rank 1 is connected to [Gloo] Rank 2 is connected to 3 peer ranks. 3",
+        "3",
+        "",
+        "3 peer ranks. Expected number of connected peer ranks is : 3",
+        "step 1 loss 0.4",
+        "7",
+    ]
+    assert without_gloo_messages(lines) == ["step 0 loss 0.5", "step 1 loss 0.4", "7"]
+
+
+def shared_names():
+    """Every function and class that guide_helpers defines, by module."""
+    names = set()
+    for module in (ROOT / "guide_helpers").glob("*.py"):
+        tree = ast.parse(module.read_text())
+        names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return names - {"main"}
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_no_guide_redefines_what_guide_helpers_provides(name):
+    """One source per helper: a guide imports it. Only the main guide writes the model, its
+    lesson (checked equal to guide_helpers.models above)."""
+    lesson = {"DotReluDot", "MLP", "LogicalDotReluDot", "LogicalMLP"}
+    allowed = lesson if name == "scale_up_a_flax_model" else set()
+    code = "\n".join(
+        c.source for c in jupytext.read(DOCS / f"{name}.md").cells if c.cell_type == "code"
+    )
+    defined = set(re.findall(r"^\s*(?:def|class) (\w+)", code, re.M))
+    copied = sorted((defined & shared_names()) - allowed)
+    assert not copied, f"docs/{name}.md defines {copied} again: import it from guide_helpers"
