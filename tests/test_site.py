@@ -123,20 +123,20 @@ def test_requirements_pin_every_dependency_exactly():
     assert needed <= names, f"not pinned: {sorted(needed - names)}"
 
 
-def test_colab_install_cell_uses_the_pinned_versions():
+def test_colab_install_cell_is_written_from_one_source():
+    """Every guide's first cell is tools/colab_links.py's install_cell(): the pins of
+    requirements.txt and this repository's guide_helpers, the same on every page."""
+    import colab_links  # tools/, on sys.path through conftest
+
+    expected = colab_links.install_cell(conf())
     pins = pinned_versions()
+    assert all(f'"{p}=={pins[p]}"' in expected for p in ("jax", "jaxlib", "flax", "optax"))
+    assert f'"{conf()["helpers_requirement"]()}"' in expected
     for name in guide_names():
-        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
-        install = next(c.source for c in nb.cells if "google.colab" in c.source)
-        for package, version in re.findall(r'"([a-z-]+)==([\w.]+)"', install):
-            assert pins.get(package) == version, (
-                f"{name}: Colab installs {package}=={version}, requirements.txt pins "
-                f"{pins.get(package)}"
-            )
-        helpers = f'"{conf()["helpers_requirement"]()}"'
-        assert helpers in install, (
-            f"{name}: the Colab cell must install {helpers} (after changing REPOSITORY_URL "
-            "in conf.py, run `make sync`)"
+        install = code_cells(name)[0].source
+        assert install == expected, (
+            f"{name}: the Colab install cell is not the one tools/colab_links.py writes (after "
+            "changing a pin or REPOSITORY_URL, run `make sync`):\n" + install
         )
 
 

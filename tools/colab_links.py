@@ -1,12 +1,13 @@
-"""Write what each guide takes from REPOSITORY_URL in conf.py (run by `make sync`).
+"""Write what each guide takes from conf.py and requirements.txt (run by `make sync`).
 
 - The "Open in Colab" link: the first line starting with `[Open in Colab](` in docs/NAME.md; it
-  must open notebooks/NAME.ipynb of the repository that conf.py names.
-- The Colab setup cell's `"guide-helpers @ git+URL@BRANCH"`: in Colab, the guide installs this
-  repository's helper package from there.
+  must open notebooks/NAME.ipynb of the repository that conf.py's REPOSITORY_URL names.
+- The Colab install cell, the guide's first code cell: written whole from one source,
+  `install_cell()`, with the pins of requirements.txt and this repository's helper package,
+  `"guide-helpers @ git+URL@BRANCH"`. Every guide has the same cell.
 
-A fork changes REPOSITORY_URL once and runs `make sync`; tests/test_site.py checks that every
-guide agrees.
+A fork changes REPOSITORY_URL once and runs `make sync`; a new pin, the same. tests/test_site.py
+checks that every guide agrees.
 """
 
 import re
@@ -18,27 +19,63 @@ from guides import guide_names
 
 ROOT = Path(__file__).resolve().parent.parent
 LINK = re.compile(r"^\[Open in Colab\]\([^)]*\)", re.M)
-HELPERS = re.compile(r'"guide-helpers @ git\+[^"]*"')
+# The first code cell, tagged hide-input, whose code starts with the "# Colab only" comment.
+INSTALL = re.compile(
+    r"(```\{code-cell\} ipython3\n:tags: \[hide-input\]\n\n)# Colab only:.*?\n```", re.S
+)
+COMMENT = (
+    "# Colab only: install the pinned stack and this site's helpers (locally, `make html` did)."
+)
+# What Colab lacks; it has numpy and matplotlib already.
+COLAB_PACKAGES = ("jax", "jaxlib", "flax", "optax")
+
+
+def pins():
+    """{package: version} for every `package==version` line of requirements.txt."""
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return dict(line.split("#")[0].strip().split("==") for line in lines if "==" in line)
+
+
+def install_cell(conf=None):
+    """The code of every guide's first cell: in Colab only, install what the guides need."""
+    conf = conf or runpy.run_path(str(ROOT / "conf.py"))
+    versions = pins()
+    stack = ", ".join(f'"{p}=={versions[p]}"' for p in COLAB_PACKAGES)
+    return "\n".join([
+        COMMENT,
+        "import subprocess",
+        "import sys",
+        "",
+        'if "google.colab" in sys.modules:',
+        "    subprocess.run(",
+        '        [sys.executable, "-m", "pip", "install", "-q"]',
+        f"        + [{stack}]",
+        f'        + ["{conf["helpers_requirement"]()}"],',
+        "        check=True,",
+        "    )",
+    ])  # fmt: skip
 
 
 def main():
     conf = runpy.run_path(str(ROOT / "conf.py"))
+    cell = install_cell(conf)
     status = 0
     for name in guide_names(ROOT / "docs"):
         md = ROOT / "docs" / f"{name}.md"
         text = md.read_text()
-        if not LINK.search(text) or not HELPERS.search(text):
+        if not LINK.search(text) or not INSTALL.search(text):
             print(
                 f"error: {md.relative_to(ROOT)} needs an '[Open in Colab](...)' line after its "
-                'title and a Colab setup cell that installs "guide-helpers @ git+..."'
+                "title and, as its first code cell, the Colab install cell (tagged hide-input, "
+                "starting '# Colab only:'); copy both from another guide"
             )
             status = 1
             continue
         new = LINK.sub(lambda _: f"[Open in Colab]({conf['colab_url'](name)})", text, count=1)
-        new = HELPERS.sub(lambda _: f'"{conf["helpers_requirement"]()}"', new)
+        new = INSTALL.sub(lambda m: m[1] + cell + "\n```", new, count=1)
         if new != text:
             md.write_text(new)
-            print(f"updated the repository links in {md.relative_to(ROOT)}")
+            print(f"updated the Colab link and install cell in {md.relative_to(ROOT)}")
     return status
 
 
