@@ -66,6 +66,12 @@ class Collective(NamedTuple):
     operand: str  # the argument of the step it applies to directly, if any ("" otherwise)
     op_name: str  # the JAX operation it was made from (XLA's metadata)
 
+    @property
+    def direction(self):
+        """ "backward" if autodiff's transpose made it (its op_name says `transpose(`), else
+        "forward": the forward pass, or a step with no gradient at all."""
+        return "backward" if "transpose(" in self.op_name else "forward"
+
 
 def _strip_layout(shape):
     return re.sub(r"\{[\d,]*\}", "", shape)
@@ -246,11 +252,14 @@ def sent_per_device(rows):
 
 
 def show_collectives(rows):
-    """Print one line per collective: kind, shape, where it sits, group, runs per step."""
+    """Print one line per collective: kind, shape, where it sits, which pass, group, runs."""
     if not rows:
         print("  no collectives")
     for c in rows:
-        print(f"  {c.kind:18} {c.shape:30} {c.where:5} group of {c.group}  x{c.per_step} per step")
+        print(
+            f"  {c.kind:18} {c.shape:30} {c.where:5} {c.direction:8} group of {c.group}"
+            f"  x{c.per_step} per step"
+        )
 
 
 def matmul_flops(compiled):

@@ -65,6 +65,10 @@ def test_collectives_of_a_scanned_step_run_once_per_layer(mesh):
     assert gc.per_step(rows) == {("all-reduce", 1024, 4): 6, ("all-reduce", 4096, 2): 3}
     assert gc.trip_counts(step) == [3, 3]
     assert all("while/body" in r.op_name for r in rows)
+    # The forward pass's sum over 'model'; the backward pass's over 'model' and over 'data'.
+    assert sorted((r.direction, r.group) for r in rows) == [
+        ("backward", 2), ("backward", 4), ("forward", 4),
+    ]  # fmt: skip
 
 
 def test_show_collectives_prints_one_line_each(mesh, capsys):
@@ -73,6 +77,7 @@ def test_show_collectives_prints_one_line_each(mesh, capsys):
     assert len(lines) == 3 and all(
         "all-reduce" in line and "x3 per step" in line for line in lines
     )
+    assert sum("backward" in line for line in lines) == 2
     gc.show_collectives([])
     assert capsys.readouterr().out.strip() == "no collectives"
 
