@@ -81,7 +81,7 @@ bench: check-env
 	$(BIN)/python tools/bench.py --repeat $(REPEAT)
 
 sync: $(STAMP)
-	@$(BIN)/python tools/colab_links.py
+	@$(BIN)/python tools/shared_cells.py
 	@for g in $(GUIDES); do \
 	  $(BIN)/jupytext --to ipynb --update --output notebooks/$$g.ipynb docs/$$g.md || exit 1; \
 	done

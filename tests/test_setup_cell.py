@@ -29,9 +29,15 @@ def clean_env():
 
 
 def test_every_guide_has_the_same_setup_cell():
-    """One setup cell for the site: checking it once below checks it for every guide."""
-    cells = {name: setup_cell(name) for name in guide_names()}
-    assert len(set(cells.values())) == 1, f"the guides' setup cells differ: {cells}"
+    """One setup cell for the site, written by `make sync` (tools/shared_cells.py): checking it
+    once below checks it for every guide."""
+    import shared_cells  # tools/, on sys.path through conftest
+
+    for name in guide_names():
+        assert setup_cell(name) == shared_cells.SETUP_CELL, (
+            f"{name}: the device setup cell is not tools/shared_cells.py's SETUP_CELL "
+            "(run `make sync`)"
+        )
 
 
 def test_setup_cell_after_jax_started_says_what_to_do():

@@ -124,18 +124,18 @@ def test_requirements_pin_every_dependency_exactly():
 
 
 def test_colab_install_cell_is_written_from_one_source():
-    """Every guide's first cell is tools/colab_links.py's install_cell(): the pins of
+    """Every guide's first cell is tools/shared_cells.py's install_cell(): the pins of
     requirements.txt and this repository's guide_helpers, the same on every page."""
-    import colab_links  # tools/, on sys.path through conftest
+    import shared_cells  # tools/, on sys.path through conftest
 
-    expected = colab_links.install_cell(conf())
+    expected = shared_cells.install_cell(conf())
     pins = pinned_versions()
     assert all(f'"{p}=={pins[p]}"' in expected for p in ("jax", "jaxlib", "flax", "optax"))
     assert f'"{conf()["helpers_requirement"]()}"' in expected
     for name in guide_names():
         install = code_cells(name)[0].source
         assert install == expected, (
-            f"{name}: the Colab install cell is not the one tools/colab_links.py writes (after "
+            f"{name}: the Colab install cell is not the one tools/shared_cells.py writes (after "
             "changing a pin or REPOSITORY_URL, run `make sync`):\n" + install
         )
 

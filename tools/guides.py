@@ -1,6 +1,6 @@
 """Which docs/*.md files are guides: those with a jupytext header (the index page has none).
 
-Shared by tools/bench.py, tools/colab_links.py and tests/conftest.py; the Makefile's GUIDES
+Shared by tools/bench.py, tools/shared_cells.py and tests/conftest.py; the Makefile's GUIDES
 applies the same rule with grep.
 """
 

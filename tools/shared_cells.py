@@ -1,10 +1,10 @@
-"""Write what each guide takes from conf.py and requirements.txt (run by `make sync`).
+"""Write what every guide shares, from one source each (run by `make sync`).
 
 - The "Open in Colab" link: the first line starting with `[Open in Colab](` in docs/NAME.md; it
   must open notebooks/NAME.ipynb of the repository that conf.py's REPOSITORY_URL names.
-- The Colab install cell, the guide's first code cell: written whole from one source,
-  `install_cell()`, with the pins of requirements.txt and this repository's helper package,
-  `"guide-helpers @ git+URL@BRANCH"`. Every guide has the same cell.
+- The Colab install cell, the guide's first code cell: `install_cell()`, with the pins of
+  requirements.txt and this repository's helper package, `"guide-helpers @ git+URL@BRANCH"`.
+- The device setup cell, the second: `SETUP_CELL`, 8 devices or a message that says what to do.
 
 A fork changes REPOSITORY_URL once and runs `make sync`; a new pin, the same. tests/test_site.py
 checks that every guide agrees.
@@ -25,6 +25,17 @@ INSTALL = re.compile(
 )
 COMMENT = (
     "# Colab only: install the pinned stack and this site's helpers (locally, `make html` did)."
+)
+SETUP_CELL = """\
+import jax
+
+from guide_helpers import require_devices
+
+with require_devices(8):  # too few devices: stop and say what to do
+    jax.config.update("jax_num_cpu_devices", 8)  # on CPU: 8 emulated devices"""
+# The code cell that sets jax_num_cpu_devices: the body of its code-cell fence.
+SETUP = re.compile(
+    r"(```\{code-cell\} ipython3\n)(import jax\n[^`]*?jax_num_cpu_devices[^`]*?)\n```"
 )
 # What Colab lacks; it has numpy and matplotlib already.
 COLAB_PACKAGES = ("jax", "jaxlib", "flax", "optax")
@@ -63,19 +74,20 @@ def main():
     for name in guide_names(ROOT / "docs"):
         md = ROOT / "docs" / f"{name}.md"
         text = md.read_text()
-        if not LINK.search(text) or not INSTALL.search(text):
+        if not (LINK.search(text) and INSTALL.search(text) and SETUP.search(text)):
             print(
                 f"error: {md.relative_to(ROOT)} needs an '[Open in Colab](...)' line after its "
-                "title and, as its first code cell, the Colab install cell (tagged hide-input, "
-                "starting '# Colab only:'); copy both from another guide"
+                "title, then the Colab install cell (tagged hide-input, starting '# Colab "
+                "only:') and the device setup cell; copy them from another guide"
             )
             status = 1
             continue
         new = LINK.sub(lambda _: f"[Open in Colab]({conf['colab_url'](name)})", text, count=1)
         new = INSTALL.sub(lambda m: m[1] + cell + "\n```", new, count=1)
+        new = SETUP.sub(lambda m: m[1] + SETUP_CELL + "\n```", new, count=1)
         if new != text:
             md.write_text(new)
-            print(f"updated the Colab link and install cell in {md.relative_to(ROOT)}")
+            print(f"updated the shared cells of {md.relative_to(ROOT)}")
     return status
 
 
