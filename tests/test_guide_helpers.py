@@ -225,6 +225,13 @@ def test_tables_escape_and_align():
     )
 
 
+def test_tables_align_text_columns_left_when_asked():
+    table = tables.html_table(["linen", "NNX"], [["a", "b"]], align=["left", "left"])
+    assert "text-align" not in table.data
+    with pytest.raises(ValueError, match="for each of 2 columns"):
+        tables.html_table(["linen", "NNX"], [], align=["left"])
+
+
 def python_of(notebook):
     """The notebook's code cells as one Python source, IPython magics turned into calls."""
     from IPython.core.inputtransformer2 import TransformerManager
