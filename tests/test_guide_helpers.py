@@ -6,7 +6,6 @@ The launcher runs real child processes.
 """
 
 import ast
-import re
 import signal
 import textwrap
 import time
@@ -325,13 +324,24 @@ def test_gloo_messages_are_dropped_and_nothing_else():
     assert without_gloo_messages(lines) == ["step 0 loss 0.5", "step 1 loss 0.4", "7"]
 
 
-def shared_names():
-    """Every function and class that guide_helpers defines, by module."""
-    names = set()
+def definitions(source):
+    """{name: what it is} for the top-level functions and classes of a source; a class is
+    known by its bases too, so an NNX twin of a linen class (other bases) is another thing."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = "function"
+        elif isinstance(node, ast.ClassDef):
+            found[node.name] = "class(" + ", ".join(map(ast.unparse, node.bases)) + ")"
+    return found
+
+
+def shared_definitions():
+    """Every function and class that guide_helpers defines."""
+    found = {}
     for module in (ROOT / "guide_helpers").glob("*.py"):
-        tree = ast.parse(module.read_text())
-        names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    return names - {"main"}
+        found.update(definitions(module.read_text()))
+    return found
 
 
 @pytest.mark.parametrize("name", guide_names())
@@ -340,9 +350,19 @@ def test_no_guide_redefines_what_guide_helpers_provides(name):
     lesson (checked equal to guide_helpers.models above)."""
     lesson = {"DotReluDot", "MLP", "LogicalDotReluDot", "LogicalMLP"}
     allowed = lesson if name == "scale_up_a_flax_model" else set()
-    code = "\n".join(
-        c.source for c in jupytext.read(DOCS / f"{name}.md").cells if c.cell_type == "code"
+    shared = shared_definitions()
+    in_guide = definitions(python_of(jupytext.read(DOCS / f"{name}.md")))
+    copied = sorted(
+        n for n, kind in in_guide.items() if shared.get(n) == kind and n not in allowed
     )
-    defined = set(re.findall(r"^\s*(?:def|class) (\w+)", code, re.M))
-    copied = sorted((defined & shared_names()) - allowed)
     assert not copied, f"docs/{name}.md defines {copied} again: import it from guide_helpers"
+
+
+def test_the_redefinition_check_tells_a_copy_from_a_twin():
+    copy = "class MLP(nn.Module):\n    pass\ndef collectives(c):\n    pass\n"
+    twin = "class MLP(nnx.Module):\n    pass\n"
+    shared = shared_definitions()
+    assert {n for n, k in definitions(copy).items() if shared.get(n) == k} == {
+        "MLP", "collectives",
+    }  # fmt: skip
+    assert not {n for n, k in definitions(twin).items() if shared.get(n) == k}
