@@ -132,7 +132,7 @@ def _runs_per_step(program):
     def visit(computation, times):
         runs[computation] += times
         for how, callee in program.calls.get(computation, ()):
-            if how in ("to_apply",):  # a reduction's adder: not a separate run of the step
+            if how == "to_apply":  # a reduction's adder: not a separate run of the step
                 continue
             factor = trip_of_body.get(callee, 1) if how == "body" else 1
             visit(callee, times * factor)
@@ -187,16 +187,14 @@ def collectives(compiled):
         kind = ins.op.removesuffix("-start")
         if kind not in COLLECTIVE_KINDS:
             continue
-        shape = _strip_layout(ins.shape)
-        if ins.op.endswith("-start"):  # an async pair: the start's shape also holds its input
-            shape = _strip_layout(_async_result(ins.shape))
+        # An async pair's start has the shape (input, result): the result is what it moves.
+        shape = _strip_layout(_async_result(ins.shape) if ins.op.endswith("-start") else ins.shape)
         where = (
             "loop" if ins.computation in in_loops
             else "entry" if ins.computation == program.entry
             else "other"
         )  # fmt: skip
         of_argument = next((arguments[a] for a in ins.operands if a in arguments), None)
-        op_name = _OP_NAME.search(ins.attrs)
         found.append(
             Collective(
                 kind=kind,
@@ -207,7 +205,7 @@ def collectives(compiled):
                 where=where,
                 per_step=runs[ins.computation],
                 operand=_op_name(of_argument) if of_argument else "",
-                op_name=op_name[1].replace("\\'", "'") if op_name else "",
+                op_name=_op_name(ins, default=""),
             )
         )
     return found
@@ -225,9 +223,13 @@ def _async_result(shape):
     return inner[split + 1 :].strip() if split is not None else shape
 
 
-def _op_name(ins):
+def _op_name(ins, default=None):
+    """The JAX operation XLA's metadata names for an instruction; `default` (its own name if
+    None) when it has none."""
     match = _OP_NAME.search(ins.attrs)
-    return match[1].replace("\\'", "'") if match else ins.name
+    if match:
+        return match[1].replace("\\'", "'")
+    return ins.name if default is None else default
 
 
 def per_step(rows):

@@ -9,17 +9,10 @@ import os
 import re
 import sys
 
-import nbformat
-from conftest import NOTEBOOKS, guide_names, run
+from conftest import run
 
-SETUP = 'jax.config.update("jax_num_cpu_devices", 8)'
-
-
-def setup_cell(name):
-    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
-    cells = [c.source for c in nb.cells if c.cell_type == "code" and SETUP in c.source]
-    assert cells, f"{name}: no setup cell sets {SETUP}"
-    return cells[0]
+# tools/, on sys.path through conftest: every guide's cell 2, which tests/test_site.py checks
+from shared_cells import SETUP_CELL
 
 
 def clean_env():
@@ -28,22 +21,9 @@ def clean_env():
     return env
 
 
-def test_every_guide_has_the_same_setup_cell():
-    """One setup cell for the site, written by `make sync` (tools/shared_cells.py): checking it
-    once below checks it for every guide."""
-    import shared_cells  # tools/, on sys.path through conftest
-
-    for name in guide_names():
-        assert setup_cell(name) == shared_cells.SETUP_CELL, (
-            f"{name}: the device setup cell is not tools/shared_cells.py's SETUP_CELL "
-            "(run `make sync`)"
-        )
-
-
 def test_setup_cell_after_jax_started_says_what_to_do():
     started_first = "import jax\nprint('started with', jax.device_count(), 'device')\n"
-    cell = setup_cell(guide_names()[0])
-    result = run([sys.executable, "-c", started_first + cell], 300, env=clean_env())
+    result = run([sys.executable, "-c", started_first + SETUP_CELL], 300, env=clean_env())
     out = result.stdout
     assert result.returncode == 1, out
     assert "started with 1 device" in out, out
@@ -53,6 +33,6 @@ def test_setup_cell_after_jax_started_says_what_to_do():
 
 
 def test_setup_cell_in_a_fresh_process_makes_eight_devices():
-    result = run([sys.executable, "-c", setup_cell(guide_names()[0])], 300, env=clean_env())
+    result = run([sys.executable, "-c", SETUP_CELL], 300, env=clean_env())
     assert result.returncode == 0, result.stdout
     assert result.stdout.strip() == "8 devices, platform cpu", result.stdout

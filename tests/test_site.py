@@ -8,17 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import DOCS, NOTEBOOKS, ROOT, conf, guide_names, run
+from shared_cells import SETUP_CELL, install_cell, pins  # tools/, on sys.path via conftest
 
 IGNORE = "nbval-ignore-output"
-
-
-def pinned_versions():
-    """{package: version} for every `package==version` line of requirements.txt."""
-    return dict(
-        line.strip().split("==")
-        for line in (ROOT / "requirements.txt").read_text().splitlines()
-        if "==" in line
-    )
 
 
 def toctree_entries(md_text):
@@ -64,7 +56,6 @@ def test_ignored_outputs_are_timings_and_say_why(name):
         )
 
 
-SETUP = 'jax.config.update("jax_num_cpu_devices", 8)'
 # The first screen: the front matter, the title, the Colab link, a short intro and the two
 # setup cells come first; the page's first lesson cell starts before this line of the md.
 FIRST_LESSON_BY_LINE = 70
@@ -76,15 +67,19 @@ def code_cells(name):
 
 
 @pytest.mark.parametrize("name", guide_names())
-def test_guide_asks_for_eight_devices_before_using_jax(name):
-    """Cell 1 installs (in Colab only), cell 2 sets 8 devices: nothing uses jax before it."""
+def test_guide_opens_with_the_shared_install_and_setup_cells(name):
+    """Cell 1 installs (in Colab only), cell 2 asks for 8 devices before anything uses jax: both
+    as tools/shared_cells.py writes them (`make sync`), the same on every page."""
     install, setup, *_ = code_cells(name)
-    assert "google.colab" in install.source, f"{name}: cell 1 must be the Colab install cell"
+    assert install.source == install_cell(conf()), (
+        f"{name}: cell 1 is not the Colab install cell tools/shared_cells.py writes (after "
+        "changing a pin or REPOSITORY_URL, run `make sync`):\n" + install.source
+    )
     assert install.metadata.get("tags") == ["hide-input"], (
         f"{name}: the Colab install cell is plumbing: tag it hide-input"
     )
-    assert SETUP in setup.source and "with require_devices(8):" in setup.source, (
-        f"{name}: the second code cell must set {SETUP} inside `with require_devices(8):`"
+    assert setup.source == SETUP_CELL, (
+        f"{name}: cell 2 is not tools/shared_cells.py's SETUP_CELL (run `make sync`)"
     )
 
 
@@ -123,21 +118,10 @@ def test_requirements_pin_every_dependency_exactly():
     assert needed <= names, f"not pinned: {sorted(needed - names)}"
 
 
-def test_colab_install_cell_is_written_from_one_source():
-    """Every guide's first cell is tools/shared_cells.py's install_cell(): the pins of
-    requirements.txt and this repository's guide_helpers, the same on every page."""
-    import shared_cells  # tools/, on sys.path through conftest
-
-    expected = shared_cells.install_cell(conf())
-    pins = pinned_versions()
-    assert all(f'"{p}=={pins[p]}"' in expected for p in ("jax", "jaxlib", "flax", "optax"))
-    assert f'"{conf()["helpers_requirement"]()}"' in expected
-    for name in guide_names():
-        install = code_cells(name)[0].source
-        assert install == expected, (
-            f"{name}: the Colab install cell is not the one tools/shared_cells.py writes (after "
-            "changing a pin or REPOSITORY_URL, run `make sync`):\n" + install
-        )
+def test_the_install_cell_installs_the_pins_and_this_repository():
+    cell, pinned = install_cell(conf()), pins()
+    assert all(f'"{p}=={pinned[p]}"' in cell for p in ("jax", "jaxlib", "flax", "optax")), cell
+    assert f'"{conf()["helpers_requirement"]()}"' in cell, cell
 
 
 def test_readme_commands_exist_in_the_makefile():
@@ -162,11 +146,11 @@ def test_ci_and_read_the_docs_build_the_same_way():
 
 
 def test_pre_commit_hooks_use_the_pinned_versions():
-    pins = pinned_versions()
+    pinned = pins()
     config = (ROOT / ".pre-commit-config.yaml").read_text()
     revs = dict(re.findall(r"repo: https://github\.com/[\w-]+/([\w-]+)\s+rev: v([\w.]+)", config))
-    assert revs.get("jupytext") == pins["jupytext"], f"hooks {revs}, pin {pins['jupytext']}"
-    assert revs.get("ruff-pre-commit") == pins["ruff"], f"ruff hook {revs}, pin {pins['ruff']}"
+    assert revs.get("jupytext") == pinned["jupytext"], f"hooks {revs}, pin {pinned['jupytext']}"
+    assert revs.get("ruff-pre-commit") == pinned["ruff"], f"ruff hook {revs}, pin {pinned['ruff']}"
     assert re.search(r"id: jupytext\s+args: \[--sync\]", config), "the jupytext hook must --sync"
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test: lint$", makefile, re.M), "`make test` must run `make lint` first"

@@ -67,8 +67,7 @@ def one_round(work, names):
         times[f"bare: {name}"], _ = timed(
             [str(work / ".venv" / "bin" / "jupyter"), "execute", f"notebooks/{name}.ipynb"], work
         )
-    times["make test"], out = timed(["make", "test"], work)
-    assert " passed" in out and " failed" not in out, out[-3000:]
+    times["make test"], _ = timed(["make", "test"], work)  # timed() stops on a failure
     return times
 
 
