@@ -112,15 +112,16 @@ def test_requirements_pin_every_dependency_exactly():
     assert not loose, f"requirements not pinned with ==: {loose}"
     names = {r.split("==")[0].lower() for r in reqs}
     needed = {
-        "jax", "jaxlib", "flax", "optax", "jupytext", "myst-nb", "sphinx", "sphinx-book-theme",
-        "nbval", "pytest", "ipykernel",
+        "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "jupytext", "myst-nb", "sphinx",
+        "sphinx-book-theme", "nbval", "pytest", "ipykernel",
     }  # fmt: skip
     assert needed <= names, f"not pinned: {sorted(needed - names)}"
 
 
 def test_the_install_cell_installs_the_pins_and_this_repository():
     cell, pinned = install_cell(conf()), pins()
-    assert all(f'"{p}=={pinned[p]}"' in cell for p in ("jax", "jaxlib", "flax", "optax")), cell
+    stack = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
+    assert all(f'"{p}=={pinned[p]}"' in cell for p in stack), cell
     assert f'"{conf()["helpers_requirement"]()}"' in cell, cell
 
 

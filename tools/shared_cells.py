@@ -38,7 +38,7 @@ SETUP = re.compile(
     r"(```\{code-cell\} ipython3\n)(import jax\n[^`]*?jax_num_cpu_devices[^`]*?)\n```"
 )
 # What Colab lacks; it has numpy and matplotlib already.
-COLAB_PACKAGES = ("jax", "jaxlib", "flax", "optax")
+COLAB_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
 
 
 def pins():
@@ -51,7 +51,12 @@ def install_cell(conf=None):
     """The code of every guide's first cell: in Colab only, install what the guides need."""
     conf = conf or runpy.run_path(str(ROOT / "conf.py"))
     versions = pins()
-    stack = ", ".join(f'"{p}=={versions[p]}"' for p in COLAB_PACKAGES)
+    lines = [[]]  # the pins, in as few lines as fit in 99 characters
+    for pin in (f'"{p}=={versions[p]}"' for p in COLAB_PACKAGES):
+        if len(", ".join(lines[-1] + [pin])) > 99 - len("        + []"):
+            lines.append([])
+        lines[-1].append(pin)
+    stack = [f"        + [{', '.join(line)}]" for line in lines]
     return "\n".join([
         COMMENT,
         "import subprocess",
@@ -60,7 +65,7 @@ def install_cell(conf=None):
         'if "google.colab" in sys.modules:',
         "    subprocess.run(",
         '        [sys.executable, "-m", "pip", "install", "-q"]',
-        f"        + [{stack}]",
+        *stack,
         f'        + ["{conf["helpers_requirement"]()}"],',
         "        check=True,",
         "    )",
