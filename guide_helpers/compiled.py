@@ -243,13 +243,15 @@ def per_step(rows):
 def sent_per_device(rows):
     """Bytes each device sends per step if every collective runs as a ring.
 
-    In a ring of n devices an all-gather or a reduce-scatter sends (n - 1) / n of the array
-    from each device, an all-reduce twice that; a collective-permute sends the whole array.
+    In a ring of n devices an all-gather or a reduce-scatter sends (n - 1) / n of the whole array
+    from each device, an all-reduce twice that; a collective-permute sends what it holds. A
+    reduce-scatter's result is one shard, so its whole array is n times its result.
     """
     total = 0.0
     for c in rows:
+        whole = c.nbytes * c.group if c.kind == "reduce-scatter" else c.nbytes
         share = RING_PASSES[c.kind] * (c.group - 1) / c.group if c.kind in RING_PASSES else 1
-        total += c.per_step * c.nbytes * share
+        total += c.per_step * whole * share
     return total
 
 

@@ -194,7 +194,9 @@ def test_sent_per_device_is_the_ring_model():
     # All-reduce: 2 (n-1)/n; all-gather and reduce-scatter: (n-1)/n; a permute: all of it.
     assert gc.sent_per_device([row("all-reduce", 1000, 4, 2)]) == 2 * 2 * 1000 * 3 / 4
     assert gc.sent_per_device([row("all-gather", 800, 8, 1)]) == 700
-    assert gc.sent_per_device([row("reduce-scatter", 800, 2, 3)]) == 1200
+    # A reduce-scatter's result is one shard of 800 bytes: each device sends the other shard.
+    assert gc.sent_per_device([row("reduce-scatter", 800, 2, 3)]) == 3 * 800
+    assert gc.sent_per_device([row("reduce-scatter", 100, 8, 1)]) == 700
     assert gc.sent_per_device([row("collective-permute", 64, 2, 4)]) == 256
     assert gc.shape_bytes("(f32[2,3], bf16[4], pred[])") == 24 + 8 + 1
 
