@@ -19,6 +19,7 @@ from conftest import DOCS, ROOT, guide_names
 from guide_helpers import compiled as gc
 from guide_helpers import require_devices, tables
 from guide_helpers.launch import LaunchError, launch, show, without_gloo_messages
+from guide_helpers.workdir import make_workdir
 
 # Collected before any test runs, so before JAX starts its backend in this process.
 jax.config.update("jax_num_cpu_devices", 8)
@@ -309,6 +310,29 @@ def test_a_failed_child_stops_the_others_at_once(tmp_path):
     assert time.monotonic() - started < 10
     assert info.value.returncodes == {0: 1, 1: -signal.SIGKILL}
     assert "[p0 stderr] process 0 gives up" in str(info.value)
+
+
+def test_the_workdir_magic_writes_a_cell_and_names_only_the_file():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        workdir = make_workdir("test_workdir_")
+        result = shell.run_cell("%%to_workdir job.py\nimport sys\nprint(sys.argv)\n")
+        assert result.success, result.error_in_exec
+        with open(f"{workdir}/job.py") as f:
+            assert f.read() == "import sys\nprint(sys.argv)\n"
+    finally:
+        InteractiveShell.clear_instance()
+    assert workdir.split("/")[-1].startswith("test_workdir_")
+
+
+def test_the_workdir_magic_prints_no_path(tmp_path, capsys):
+    from guide_helpers.workdir import to_workdir
+
+    to_workdir(str(tmp_path), "a.py", "x = 1\ny = 2\n")
+    assert capsys.readouterr().out == "wrote a.py, 2 lines\n"
+    assert (tmp_path / "a.py").read_text() == "x = 1\ny = 2\n"
 
 
 def test_gloo_messages_are_dropped_and_nothing_else():
