@@ -122,9 +122,10 @@ def notebook_outputs(name):
     return nb, [c for c in nb.cells if c.cell_type == "code" and c.outputs]
 
 
-# In the page: each sharding visualization (a <pre> naming devices), as its lines of text.
+# In the page: each sharding visualization (a rich HTML output's <pre> naming devices; printed
+# text that names a device, such as "on a GPU 3.5 GB", is not one), as its lines of text.
 GRIDS_JS = """
-() => [...document.querySelectorAll('div.cell_output pre')]
+() => [...document.querySelectorAll('div.cell_output div.text_html pre')]
   .filter(pre => /(CPU|GPU|TPU) \\d/.test(pre.innerText))
   .map(pre => ({
     lines: pre.innerText.replace(/\\n+$/, '').split('\\n'),
