@@ -240,6 +240,11 @@ def per_step(rows):
     return counts
 
 
+def ring(n, nbytes, passes=1):
+    """Bytes one device sends in a ring of n devices: passes x (n - 1) / n of the array."""
+    return passes * (n - 1) / n * nbytes
+
+
 def sent_per_device(rows):
     """Bytes each device sends per step if every collective runs as a ring.
 
@@ -250,8 +255,8 @@ def sent_per_device(rows):
     total = 0.0
     for c in rows:
         whole = c.nbytes * c.group if c.kind == "reduce-scatter" else c.nbytes
-        share = RING_PASSES[c.kind] * (c.group - 1) / c.group if c.kind in RING_PASSES else 1
-        total += c.per_step * whole * share
+        sent = ring(c.group, whole, RING_PASSES[c.kind]) if c.kind in RING_PASSES else whole
+        total += c.per_step * sent
     return total
 
 

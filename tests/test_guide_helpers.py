@@ -188,6 +188,16 @@ def test_group_size_refuses_what_it_cannot_read():
         gc.group_size("dimensions={0}")
 
 
+def test_layouts_name_every_dimension_and_count_its_pieces():
+    from guide_helpers.layouts import make_rules, pieces
+
+    rules = make_rules(batch="data", hidden="model")
+    assert dict(rules) == {"batch": "data", "embed": None, "hidden": "model", "layer": None}
+    assert pieces((2, 4), rules) == (2, 1, 4)
+    assert pieces((8, 1), make_rules(batch="data", embed="data")) == (8, 8, 1)
+    assert gc.ring(4, 1000) == 750 and gc.ring(8, 800, passes=2) == 1400
+
+
 def test_sent_per_device_is_the_ring_model():
     def row(kind, nbytes, group, per_step):
         return gc.Collective(kind, "", nbytes, group, "", "loop", per_step, "", "")
