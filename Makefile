@@ -14,11 +14,12 @@ SPHINX := $(BIN)/python -m sphinx -b html -c . -d $(BUILD)/doctrees -W --keep-go
 GUIDES := $(basename $(notdir $(shell grep -l '^jupytext:' docs/*.md)))
 PORT ?= 8000
 
-.PHONY: help setup check-env html test lint bench sync execute serve clean
+.PHONY: help setup check-env html test portability lint bench sync execute serve clean
 
 help:
 	@echo "make html     set up, execute every guide, build the site into $(HTML)"
 	@echo "make test     set up and run the tests (lint, pairing, build, nbval, browser, site checks)"
+	@echo "make portability  execute every guide under a second CPU profile, compare stored outputs"
 	@echo "make lint     ruff over the notebooks' code, the tests and tools/"
 	@echo "make bench    time a clean build, rebuilds and each guide executed bare"
 	@echo "make sync     write each docs/NAME.md into notebooks/NAME.ipynb, keeping outputs"
@@ -67,7 +68,12 @@ html: check-env
 PYTEST_ARGS := -p no:cacheprovider -W error tests
 
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_ARGS) -m "not portability"
+
+# The stored outputs against one more execution of every guide under a second CPU profile (XLA's
+# ISA capped, another OpenBLAS kernel, one core): tests/test_portability.py. CI runs it too.
+portability: check-env
+	$(BIN)/python -m pytest $(PYTEST_ARGS) -m portability
 
 LINTED := notebooks tests tools guide_helpers conf.py
 lint: check-env

@@ -35,6 +35,12 @@ def with_arguments(i, num_processes, port):
     return args + ["--process-id", str(i)], {"JAX_COORDINATOR_BIND_ADDRESS": coordinator}
 
 
+def xla_flags(devices_per_process, inherited=""):
+    """XLA_FLAGS for a child: the inherited flags (an ISA cap, say), with its device count."""
+    kept = [f for f in inherited.split() if not f.startswith("--xla_force_host_platform_device")]
+    return " ".join([*kept, f"--xla_force_host_platform_device_count={devices_per_process}"])
+
+
 def exit_status(code):
     return f"ended by signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
@@ -103,7 +109,7 @@ def launch(
                 extra_args, extra_env = configure(i, num_processes, port)
                 env = {
                     **os.environ,
-                    "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
+                    "XLA_FLAGS": xla_flags(devices_per_process, os.environ.get("XLA_FLAGS", "")),
                     "JAX_PLATFORMS": "cpu",
                     **extra_env,
                 }

@@ -26,6 +26,13 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 SMART_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "portability: executes every guide under a second CPU profile (`make portability`)",
+    )
+
+
 def guide_names():
     """Guides are the docs/*.md files with a jupytext header (the index page has none)."""
     return tools_guides.guide_names(DOCS)

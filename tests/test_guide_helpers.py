@@ -18,7 +18,7 @@ from conftest import DOCS, ROOT, guide_names
 
 from guide_helpers import compiled as gc
 from guide_helpers import require_devices, tables
-from guide_helpers.launch import LaunchError, launch, show, without_gloo_messages
+from guide_helpers.launch import LaunchError, launch, show, without_gloo_messages, xla_flags
 from guide_helpers.workdir import make_workdir
 
 # Collected before any test runs, so before JAX starts its backend in this process.
@@ -272,7 +272,8 @@ def test_the_main_guide_defines_the_model_that_guide_helpers_shares():
         )
 
 
-def test_launch_returns_each_process_output_in_order(tmp_path):
+def test_launch_returns_each_process_output_in_order(tmp_path, monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
     script = tmp_path / "hello.py"
     script.write_text(
         textwrap.dedent("""\
@@ -286,6 +287,14 @@ def test_launch_returns_each_process_output_in_order(tmp_path):
     outputs = launch(str(script), 2, 3, "extra", timeout=60, cwd=tmp_path)
     flag = "--xla_force_host_platform_device_count=3"
     assert outputs == {i: [f"process {i} of 2 {flag} extra"] for i in range(2)}
+
+
+def test_launch_keeps_inherited_xla_flags_and_sets_only_the_device_count():
+    inherited = "--xla_cpu_max_isa=AVX2 --xla_force_host_platform_device_count=8"
+    assert xla_flags(4, inherited) == (
+        "--xla_cpu_max_isa=AVX2 --xla_force_host_platform_device_count=4"
+    )
+    assert xla_flags(2) == "--xla_force_host_platform_device_count=2"
 
 
 def test_show_prefixes_lines_in_process_order(capsys):

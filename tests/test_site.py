@@ -1,8 +1,11 @@
 """The site's own promises, checked on the sources: pairs, toctree, pins, commands, metadata."""
 
+import glob
 import json
 import re
+import subprocess
 import sys
+import types
 from pathlib import Path
 
 import nbformat
@@ -57,8 +60,9 @@ def test_ignored_outputs_are_timings_and_say_why(name):
 
 
 # The first screen: the front matter, the title, the Colab link, a short intro and the two
-# setup cells come first; the page's first lesson cell starts before this line of the md.
-FIRST_LESSON_BY_LINE = 70
+# setup cells come first; the page's first lesson cell starts before this line of the md, with
+# the collapsed install cell counted as the one line the page shows of it.
+FIRST_LESSON_BY_LINE = 59
 
 
 def code_cells(name):
@@ -95,6 +99,8 @@ def test_the_lesson_starts_on_the_first_screen(name):
         re.match(r"(import |from \S+ import |#|$)", line) for line in code[2].splitlines()
     )
     first_lesson = starts[3] if only_imports else starts[2]
+    # The install cell is tagged hide-input: the page shows it as one collapsed line.
+    first_lesson -= len(code[0].splitlines()) - 1
     assert first_lesson < FIRST_LESSON_BY_LINE, (
         f"docs/{name}.md: the first lesson cell starts at line {first_lesson}; the reader "
         f"should meet it on the first screen (before line {FIRST_LESSON_BY_LINE})"
@@ -120,9 +126,56 @@ def test_requirements_pin_every_dependency_exactly():
 
 def test_the_install_cell_installs_the_pins_and_this_repository():
     cell, pinned = install_cell(conf()), pins()
-    stack = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
+    stack = ("jaxlib", "flax", "optax", "orbax-checkpoint")
     assert all(f'"{p}=={pinned[p]}"' in cell for p in stack), cell
+    assert f'f"jax{{extra}}=={pinned["jax"]}"' in cell, cell  # with the runtime's extra
     assert f'"{conf()["helpers_requirement"]()}"' in cell, cell
+
+
+def pip_install_in_colab(cell, monkeypatch, tmp_path, vendors):
+    """Run the install cell as in a Colab runtime whose PCI devices have these vendor ids;
+    return the packages it asks pip to install (pip itself is not run)."""
+    for i, vendor in enumerate(vendors):
+        (tmp_path / f"0000:00:0{i}.0").mkdir()
+        (tmp_path / f"0000:00:0{i}.0" / "vendor").write_text(vendor + "\n")
+    real_glob = glob.glob
+    sysfs = "/sys/bus/pci/devices/*/vendor"
+    monkeypatch.setattr(
+        glob, "glob", lambda p: real_glob(str(tmp_path / "*" / "vendor")) if p == sysfs else []
+    )
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)))
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    exec(compile(cell, "install_cell", "exec"), {})
+    ((cmd, kwargs),) = calls
+    assert cmd[:5] == [sys.executable, "-m", "pip", "install", "-q"] and kwargs["check"]
+    return cmd[5:]
+
+
+@pytest.mark.parametrize(
+    "runtime, vendors, jax",
+    [
+        ("CPU", ["0x8086", "0x1af4"], "jax=="),
+        ("GPU (NVIDIA T4, L4, A100)", ["0x8086", "0x10de"], "jax[cuda12]=="),
+        ("TPU (v2-8, v5e-1, v6e-1)", ["0x8086", "0x1ae0", "0x1ae0"], "jax[tpu]=="),
+    ],
+)
+def test_the_install_cell_keeps_the_runtimes_accelerator(
+    runtime, vendors, jax, monkeypatch, tmp_path
+):
+    """On a Colab GPU or TPU runtime, JAX is installed with the extra for its accelerator (at
+    the pinned version), so the runtime's accelerator build is not replaced by a CPU one."""
+    pinned = pins()
+    packages = pip_install_in_colab(install_cell(conf()), monkeypatch, tmp_path, vendors)
+    assert packages[0] == jax + pinned["jax"], (runtime, packages)
+    assert f"jaxlib=={pinned['jaxlib']}" in packages and f"flax=={pinned['flax']}" in packages
+    assert packages[-1] == conf()["helpers_requirement"](), packages
+
+
+def test_the_install_cell_does_nothing_outside_colab(monkeypatch):
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("pip ran outside Colab"))
+    exec(compile(install_cell(conf()), "install_cell", "exec"), {})
 
 
 def test_readme_commands_exist_in_the_makefile():
@@ -138,7 +191,7 @@ def test_readme_commands_exist_in_the_makefile():
 
 def test_ci_and_read_the_docs_build_the_same_way():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "make test" in ci
+    assert "make test" in ci and "make portability" in ci
     rtd = (ROOT / ".readthedocs.yaml").read_text()
     assert re.search(r"^version: 2$", rtd, re.M)
     assert "-c ." in rtd and "-W" in rtd and "--keep-going" in rtd

@@ -47,24 +47,41 @@ def pins():
     return dict(line.split("#")[0].strip().split("==") for line in lines if "==" in line)
 
 
+# JAX's build for the runtime's accelerator, told by a PCI vendor id as JAX itself finds TPUs:
+# NVIDIA's GPUs take the CUDA 12 build, Google's TPUs the TPU build, anything else the CPU one.
+ACCELERATOR_EXTRAS = {"0x1ae0": "[tpu]", "0x10de": "[cuda12]"}
+PCI_VENDORS = "/sys/bus/pci/devices/*/vendor"
+
+
 def install_cell(conf=None):
-    """The code of every guide's first cell: in Colab only, install what the guides need."""
+    """The code of every guide's first cell: in Colab only, install what the guides need.
+
+    JAX goes in with the extra that matches the runtime, so that a GPU or TPU runtime keeps an
+    accelerator build of the pinned version instead of getting the CPU one."""
     conf = conf or runpy.run_path(str(ROOT / "conf.py"))
     versions = pins()
-    lines = [[]]  # the pins, in as few lines as fit in 99 characters
-    for pin in (f'"{p}=={versions[p]}"' for p in COLAB_PACKAGES):
+    lines = [[]]  # the pins after jax's, in as few lines as fit in 99 characters
+    for pin in (f'"{p}=={versions[p]}"' for p in COLAB_PACKAGES[1:]):
         if len(", ".join(lines[-1] + [pin])) > 99 - len("        + []"):
             lines.append([])
         lines[-1].append(pin)
     stack = [f"        + [{', '.join(line)}]" for line in lines]
+    extras = ", ".join(f'"{vendor}": "{extra}"' for vendor, extra in ACCELERATOR_EXTRAS.items())
     return "\n".join([
         COMMENT,
+        "import glob",
         "import subprocess",
         "import sys",
+        "from pathlib import Path",
         "",
         'if "google.colab" in sys.modules:',
+        "    # JAX built for this runtime's accelerator, found by PCI vendor (TPU, NVIDIA GPU).",
+        f'    vendors = {{Path(f).read_text().strip() for f in glob.glob("{PCI_VENDORS}")}}',
+        f"    extras = {{{extras}}}",
+        '    extra = next((extras[v] for v in extras if v in vendors), "")',
         "    subprocess.run(",
         '        [sys.executable, "-m", "pip", "install", "-q"]',
+        f'        + [f"jax{{extra}}=={versions["jax"]}"]',
         *stack,
         f'        + ["{conf["helpers_requirement"]()}"],',
         "        check=True,",

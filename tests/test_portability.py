@@ -1,0 +1,119 @@
+"""The stored outputs are the same on another machine: `make portability`.
+
+Every guide is executed once more, in the site's real Sphinx build, under a second CPU profile
+(tests/profiles.py): XLA's vector ISA capped one step below this CPU's, another OpenBLAS kernel
+for NumPy, one core. Each stored notebook is then compared with that execution by the same nbval
+comparison as tests/test_outputs.py. A stored output that depends on the CPU, its ISA, the BLAS
+kernel or the core count fails here, naming the guide, the cell and both outputs.
+
+The tests marked `portability` run under `make portability` (and CI); the last test, which
+proves that the check catches what it should, runs under `make test`.
+"""
+
+import shutil
+
+import nbformat
+import pytest
+from compare_outputs import executed_notebooks, sanitize_patterns, stale_cells, stale_report
+from conftest import BUILD, BUILD_TIMEOUT, DOCS, NOTEBOOKS, ROOT, guide_names, run, sphinx_command
+from profiles import default_profile, not_taken_effect, probe, second_profile
+from test_failures import write_site
+
+PORTABILITY = BUILD / "portability"
+
+
+@pytest.fixture(scope="module")
+def profiles():
+    """(the default profile's probe, the second profile, its probe)."""
+    default = probe(default_profile())
+    second = second_profile(default)
+    return default, second, probe(second)
+
+
+def describe(profile):
+    return ", ".join(f"{what} {value}" for what, value in profile.changes.items())
+
+
+def build_under(profile, src, out):
+    """The site's build of `src` under `profile`, every guide executed into a new cache."""
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = sphinx_command(src, out / "html", out / "doctrees", executed=out / "executed")
+    result = run(profile.command(cmd), BUILD_TIMEOUT, cwd=ROOT, env=profile.environ())
+    return result, executed_notebooks(out / "executed")
+
+
+@pytest.fixture(scope="module")
+def second_build(profiles):
+    _, second, _ = profiles
+    return build_under(second, DOCS, PORTABILITY)
+
+
+@pytest.mark.portability
+def test_the_second_profile_differs_from_this_machine_in_each_way(profiles):
+    default, second, seen = profiles
+    print(f"default: {default}\n{second.name} ({describe(second)}): {seen}")
+    missing = not_taken_effect(default, seen, second)
+    assert not missing, "the second profile did not take effect: " + "; ".join(missing)
+
+
+@pytest.mark.portability
+def test_every_guide_executes_under_the_second_profile(second_build, profiles):
+    result, executed = second_build
+    assert result.returncode == 0, (
+        f"the build under the {profiles[1].name} ({describe(profiles[1])}) failed:\n"
+        + result.stdout[-20000:]
+    )
+    assert sorted(executed) == sorted(guide_names())
+
+
+@pytest.mark.portability
+@pytest.mark.parametrize("name", guide_names())
+def test_stored_outputs_are_the_same_under_the_second_profile(second_build, profiles, name):
+    _, executed = second_build
+    assert name in executed, f"{name} did not execute under the second profile; see above"
+    stored = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+    problems = stale_cells(stored, executed[name], sanitize_patterns())
+    assert not problems, (
+        f"{stale_report(name, problems)}\n\nThese outputs were stored on this machine and "
+        f"differ under the {profiles[1].name} ({describe(profiles[1])}): print a bound that an "
+        "assert checks, not the digits of a floating-point error."
+    )
+
+
+ORDER_DEPENDENT = """\
+import numpy as np
+
+rng = np.random.default_rng(0)
+a = rng.standard_normal((64, 256), dtype=np.float32)
+b = rng.standard_normal((256, 64), dtype=np.float32)
+total = float((a @ b).sum())
+print(f"sum of a @ b: {total:.10g}")"""
+AS_A_BOUND = """\
+exact = float((a.astype(np.float64) @ b.astype(np.float64)).sum())
+assert abs(total - exact) < 1e-4 * abs(exact)
+print("within 1e-4 of float64:", abs(total - exact) < 1e-4 * abs(exact))"""
+
+
+def test_the_check_catches_an_order_dependent_float_and_passes_its_bound(tmp_path, profiles):
+    """A guide that prints a float's digits passes on the profile that stored it and fails
+    under the other, naming the guide, the cell and both outputs; its bound passes on both."""
+    default, second, _ = profiles
+    src = tmp_path / "docs"
+    cells = f"{ORDER_DEPENDENT}\n```\n\n```{{code-cell}} ipython3\n{AS_A_BOUND}"
+    write_site(src, {"float_digits": cells})
+    built = {}
+    for key, profile in (("default", default_profile()), ("second", second)):
+        result, executed = build_under(profile, src, tmp_path / key)
+        assert result.returncode == 0, result.stdout[-5000:]
+        built[key] = executed["float_digits"]
+    stored = built["default"]  # what a session on this machine would have committed
+
+    assert stale_cells(stored, stored, sanitize_patterns()) == []
+    problems = stale_cells(stored, built["second"], sanitize_patterns())
+    assert [number for number, _ in problems] == [0], problems  # the digits, not the bound
+    report = stale_report("float_digits", problems)
+    first = [next(c for c in nb.cells if c.cell_type == "code") for nb in built.values()]
+    digits = [cell.outputs[0]["text"].strip() for cell in first]
+    assert digits[0] != digits[1], digits
+    assert "notebooks/float_digits.ipynb, code cell 0" in report, report
+    assert all(d in report for d in digits), report
