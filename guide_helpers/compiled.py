@@ -15,6 +15,13 @@ reductions), each a list of instructions. Everything here is read from that text
 Where an instruction sits is decided by the computation it belongs to, not by its op name: XLA
 keeps an op's name when it moves (hoists) the op out of a loop, so "while/body" in a name does
 not mean the op runs in the loop.
+
+Tested on: XLA's CPU programs (every guide, and tests/test_guide_helpers.py), and on
+hand-written programs in the forms XLA's GPU backend prints: async collectives (`all-reduce-start`
+with only its result as shape, `all-gather-start` with (operand, result)), empty replica groups
+(`replica_groups={}`: every device of the module), and cuBLAS matrix products (`custom-call`s to
+`__cublas$gemm` and friends, read from their `backend_config`). Not read: a TPU program's matrix
+products, which are `convolution`s in fusions; use its `cost_analysis()` there.
 """
 
 import collections
@@ -154,8 +161,13 @@ def _in_loops(program):
     return found
 
 
-def group_size(attrs):
-    """Devices per replica group, in any of the notations XLA prints."""
+def group_size(attrs, devices=None):
+    """Devices per replica group, in any of the notations XLA prints; `devices` is the module's
+    device count, for `replica_groups={}` (one group of every device)."""
+    if re.search(r"replica_groups=\{\}", attrs):
+        if devices is None:
+            raise ValueError("replica_groups={} needs the module's device count")
+        return devices
     if groups := re.search(r"replica_groups=\{\{([\d,]*)\}", attrs):  # {{0,1,2,3},{4,5,6,7}}
         return len(groups[1].split(","))
     if groups := re.search(r"replica_groups=\[\d+,(\d+)\]<=", attrs):  # [4,2]<=[2,4]T(1,0)
@@ -173,9 +185,18 @@ def _groups_text(attrs):
     return groups[1] if groups else ""
 
 
+def module_devices(text):
+    """Devices of an HLO module: num_partitions x replica_count of its header (1 if absent)."""
+    header = text.split("\n", 1)[0]
+    counts = [re.search(rf"\b{k}=(\d+)", header) for k in ("num_partitions", "replica_count")]
+    return math.prod(int(c[1]) for c in counts if c)
+
+
 def collectives(compiled):
-    """One Collective per collective instruction of a compiled function's program."""
-    program = parse(compiled.as_text())
+    """One Collective per collective instruction of a compiled function's program (or of its
+    HLO text)."""
+    text = compiled if isinstance(compiled, str) else compiled.as_text()
+    program, devices = parse(text), module_devices(text)
     runs, in_loops = _runs_per_step(program), _in_loops(program)
     arguments = {
         ins.name: ins
@@ -187,8 +208,9 @@ def collectives(compiled):
         kind = ins.op.removesuffix("-start")
         if kind not in COLLECTIVE_KINDS:
             continue
-        # An async pair's start has the shape (input, result): the result is what it moves.
-        shape = _strip_layout(_async_result(ins.shape) if ins.op.endswith("-start") else ins.shape)
+        # An async start's shape is (operand, result), but an all-reduce-start's is its result.
+        async_pair = ins.op.endswith("-start") and kind != "all-reduce"
+        shape = _strip_layout(_async_result(ins.shape) if async_pair else ins.shape)
         where = (
             "loop" if ins.computation in in_loops
             else "entry" if ins.computation == program.entry
@@ -200,7 +222,7 @@ def collectives(compiled):
                 kind=kind,
                 shape=shape,
                 nbytes=shape_bytes(shape),
-                group=group_size(ins.attrs),
+                group=group_size(ins.attrs, devices),
                 groups=_groups_text(ins.attrs),
                 where=where,
                 per_step=runs[ins.computation],
@@ -271,19 +293,31 @@ def show_collectives(rows):
         )
 
 
+_GEMM_TARGET = re.compile(r'custom_call_target="__cublas\$\w*gemm\w*"', re.I)
+_GEMM_CONTRACTING = re.compile(r'"lhs_contracting_dimensions":\[([^\]]*)\]')
+
+
+def _contracting(ins):
+    """The lhs contracting dimensions of a dot, or of a cuBLAS gemm's backend_config."""
+    if ins.op == "dot":
+        return re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)[1]
+    return _GEMM_CONTRACTING.search(ins.attrs)[1].replace('"', "")
+
+
 def matmul_flops(compiled):
-    """FLOPs of every `dot` per step: 2 x output elements x contracted size, times its runs."""
-    program = parse(compiled.as_text())
+    """FLOPs of every matrix product per step (a `dot`, or a cuBLAS gemm custom-call):
+    2 x output elements x contracted size, times its runs."""
+    program = parse(compiled if isinstance(compiled, str) else compiled.as_text())
     runs = _runs_per_step(program)
     shapes = {ins.name: ins.shape for ins in program.instructions}
     flops = 0
     for ins in program.instructions:
-        if ins.op != "dot" or not runs[ins.computation]:
+        gemm = ins.op == "custom-call" and _GEMM_TARGET.search(ins.attrs)
+        if not (ins.op == "dot" or gemm) or not runs[ins.computation]:
             continue
         ((_, lhs),) = arrays(shapes[ins.operands[0]])
-        ((_, out),) = arrays(ins.shape)
-        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)[1]
-        k = math.prod(lhs[int(d)] for d in contracting.split(",") if d)
+        _, out = arrays(ins.shape)[0]  # a gemm's result is (output, workspace)
+        k = math.prod(lhs[int(d)] for d in _contracting(ins).split(",") if d.strip())
         flops += runs[ins.computation] * 2 * math.prod(out) * k
     return flops
 

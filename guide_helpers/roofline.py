@@ -1,28 +1,33 @@
-"""Real chips, and a roofline estimate of a train step's time on them.
+"""Real chips, their links, and a roofline estimate of a train step's time on them.
 
 A compiled program tells you, per device and per step, how many FLOPs it computes and how many
 bytes it sends (`guide_helpers.compiled`). A chip's data sheet tells you how fast it computes and
 how fast its links carry bytes. Dividing one by the other gives two times:
 
 - `compute` = FLOPs / peak FLOP/s, the time if the chip ran at its peak and never waited;
-- `communication` = bytes sent / link bandwidth, the time if the links ran at their peak.
+- `communication` = bytes sent / the bandwidth of the links the collective runs on.
 
-A real step takes at least the larger of the two (`overlapped`: communication fully hidden
-behind compute) and at most roughly their sum (`serial`: nothing hidden), if the chip reaches
-its peak at all. `bound` names the larger one. Optionally, a third time, `hbm` = bytes read and
-written in HBM / HBM bandwidth, prices element-wise work that overlaps neither (such as the
-optimizer's update, which waits for the gradients): both bounds add it. That is the whole model;
-what it leaves out (kernels below peak, other HBM-bound work, latency per collective, topology)
-is listed on the page that uses it, docs/real_chips.md.
+A real step takes at least the larger of the two (`overlapped`: communication fully hidden behind
+compute) and at most roughly their sum (`serial`: nothing hidden). `hbm` = bytes read and written
+in HBM / HBM bandwidth prices the optimizer's update, which waits for the gradients: both bounds
+add it. `StepTime.calibrated` widens the bounds by measured efficiencies (`MEASURED`): real
+kernels reach a fraction of the peak, real links a fraction of theirs.
 
-Every figure in `CHIPS` is one direction of one chip's bandwidth, in bytes per second, and dense
-bf16 FLOP/s (no structured sparsity). Some sources print bandwidth as both directions added up,
-and NVIDIA prints Hopper's FLOP/s with sparsity: each `Chip.notes` says what the source printed
-and how it was converted. A NIC's line rate is taken as one direction (the links are full
-duplex).
+Links. Every bandwidth here is one direction. A TPU chip has `links` ICI links of
+`link_bandwidth` each, two per axis of its slice's grid; a ring collective over some axes of a
+slice uses, per chip, 2 links along each axis that wraps around (a torus) and 1 along each that
+does not (a line), so its bandwidth comes from the slice's shape (`Slice.bandwidth`). A GPU sends
+to the NVSwitch of its node over all its NVLinks at once: one "link" of `link_bandwidth`, whatever
+the group inside the node. Between nodes (or TPU slices) every chip has its own share of the
+network, `network_bandwidth`; collectives there are hierarchical (`hierarchical_all_reduce`).
+
+Every figure in `CHIPS` is dense bf16 FLOP/s (no structured sparsity) and one direction of
+bandwidth. Some sources print bandwidth as both directions added up, and NVIDIA prints Hopper's
+FLOP/s with sparsity: each `Chip.notes` says what the source printed and how it was converted.
 """
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 GB = 1e9  # vendors' GB and Gb are decimal
 GIB = 2**30
@@ -34,14 +39,19 @@ class Chip:
     flops: float  # peak dense bf16 FLOP/s per chip (no sparsity)
     hbm_bytes: float  # HBM capacity per chip, bytes
     hbm_bandwidth: float  # HBM bytes/s per chip
-    # bytes/s one chip can send in one direction to its peers inside a node / slice (NVLink;
-    # TPU ICI summed over the chip's links)
-    link_bandwidth: float
-    # bytes/s per chip, one direction, between nodes (a NIC's line rate per GPU; TPU
-    # data-center network per chip): a typical configuration, not a property of the chip
+    link_bandwidth: float  # bytes/s of one link, one direction (a GPU: all its NVLink, as one)
+    links: int  # links per chip: ICI links of a TPU (2 per axis of its grid); 1 for a GPU
+    # bytes/s per chip, one direction, between nodes or slices (a GPU's NIC; a TPU's share of
+    # its host's data-center network): a typical configuration, not a property of the chip
     network_bandwidth: float
+    chips_per_host: int  # chips that share a host (and its NICs)
+    torus_every: int  # a TPU slice wraps around when every side is a multiple; 0: no torus
     sources: tuple[str, ...]  # public URLs the figures come from
     notes: str = ""  # what the sources print, and how it was converted
+
+    @property
+    def is_gpu(self):
+        return self.links == 1
 
 
 TPU_V5E = "https://cloud.google.com/tpu/docs/v5e"
@@ -49,6 +59,7 @@ TPU_V5P = "https://cloud.google.com/tpu/docs/v5p"
 H100 = "https://www.nvidia.com/en-us/data-center/h100/"
 H200 = "https://www.nvidia.com/en-us/data-center/h200/"
 TPU_LINKS = "https://jax-ml.github.io/scaling-book/tpus/"  # ICI per link, wraparound
+GPU_NETWORK = "https://jax-ml.github.io/scaling-book/gpus/"  # hierarchical collectives
 HGX_NETWORK = (
     "https://docs.nvidia.com/reference-architectures/hgx-ai-factory-h100-h200-b200/abstract"
 )
@@ -61,14 +72,18 @@ CHIPS = {
             flops=197e12,
             hbm_bytes=16 * GB,
             hbm_bandwidth=819 * GB,
-            link_bandwidth=400 * GB / 2,
+            link_bandwidth=400 * GB / 2 / 4,
+            links=4,
             network_bandwidth=2 * 100e9 / 8 / 8,
-            sources=(TPU_V5E,),
+            chips_per_host=8,
+            torus_every=16,
+            sources=(TPU_V5E, TPU_LINKS),
             notes=(
                 "197 TFLOP/s bf16; HBM 16 GB at 819 GB/s (one version of the page says "
                 "800 GiBps, 859 GB/s; this uses 819); ICI 400 GB/s per chip, both directions "
-                "added, halved (an older table's 1,600 Gbps is the one-way 200 GB/s); "
-                "data-center network: 2 x 100 Gbps NICs per host of 8 chips, 25 Gb/s per chip"
+                "added, halved, over 4 links (a 2-D grid): 50 GB/s a link; a torus only as "
+                "the full 16x16 pod; data-center network: 2 x 100 Gbps NICs per host of 8 "
+                "chips, 25 Gb/s per chip"
             ),
         ),
         Chip(
@@ -76,13 +91,17 @@ CHIPS = {
             flops=459e12,
             hbm_bytes=95 * GIB,
             hbm_bandwidth=2765 * GB,
-            link_bandwidth=1200 * GB / 2,
+            link_bandwidth=1200 * GB / 2 / 6,
+            links=6,
             network_bandwidth=50e9 / 8,
+            chips_per_host=4,
+            torus_every=4,
             sources=(TPU_V5P, TPU_LINKS),
             notes=(
                 "459 TFLOP/s bf16; HBM 95 GiB at 2,765 GB/s; ICI 1,200 GB/s per chip, both "
-                "directions added, halved (an older table's 4,800 Gbps is the one-way "
-                "600 GB/s), summed over the chip's 6 links; data-center network 50 Gbps per chip"
+                "directions added, halved, over 6 links (a 3-D grid): 100 GB/s a link; a "
+                "torus only for slices of whole 4x4x4 cubes; data-center network 50 Gbps per "
+                "chip, 4 chips per host"
             ),
         ),
         Chip(
@@ -91,12 +110,16 @@ CHIPS = {
             hbm_bytes=80 * GB,
             hbm_bandwidth=3.35e12,
             link_bandwidth=900 * GB / 2,
+            links=1,
             network_bandwidth=400e9 / 8,
-            sources=(H100, HGX_NETWORK),
+            chips_per_host=8,
+            torus_every=0,
+            sources=(H100, HGX_NETWORK, GPU_NETWORK),
             notes=(
                 "1,979 TFLOP/s bf16 with sparsity, halved; HBM 80 GB at 3.35 TB/s; NVLink "
-                "900 GB/s, both directions added, halved; network: 400 Gb/s per GPU in NVIDIA's "
-                "HGX reference architecture (Spectrum-X Ethernet), taken as one direction"
+                "900 GB/s, both directions added, halved, to the node's NVSwitch; network: "
+                "one 400 Gb/s NIC per GPU, 8 per node, in NVIDIA's HGX reference architecture, "
+                "taken as one direction"
             ),
         ),
         Chip(
@@ -105,12 +128,16 @@ CHIPS = {
             hbm_bytes=141 * GB,
             hbm_bandwidth=4.8e12,
             link_bandwidth=900 * GB / 2,
+            links=1,
             network_bandwidth=400e9 / 8,
-            sources=(H200, HGX_NETWORK),
+            chips_per_host=8,
+            torus_every=0,
+            sources=(H200, HGX_NETWORK, GPU_NETWORK),
             notes=(
                 "1,979 TFLOP/s bf16 with sparsity, halved; HBM 141 GB at 4.8 TB/s; NVLink "
-                "900 GB/s, both directions added, halved; network: 400 Gb/s per GPU in NVIDIA's "
-                "HGX reference architecture (Spectrum-X Ethernet), taken as one direction"
+                "900 GB/s, both directions added, halved, to the node's NVSwitch; network: "
+                "one 400 Gb/s NIC per GPU, 8 per node, in NVIDIA's HGX reference architecture, "
+                "taken as one direction"
             ),
         ),
     )
@@ -118,9 +145,74 @@ CHIPS = {
 
 
 @dataclass(frozen=True)
+class Slice:
+    """Chips joined by their fast links: a TPU slice's grid, or a GPU node (`shape=(8,)`)."""
+
+    chip: Chip
+    shape: tuple[int, ...]  # TPU: chips along each axis of the grid, (2, 2, 2); GPU: (8,)
+
+    @property
+    def chips(self):
+        return math.prod(self.shape)
+
+    @property
+    def torus(self):
+        """True where the slice wraps around: a TPU slice whose every side is a multiple of
+        the chip's `torus_every` (whole 4x4x4 cubes for v5p, the 16x16 pod for v5e)."""
+        every = self.chip.torus_every
+        return bool(every) and all(side % every == 0 for side in self.shape)
+
+    def links(self, axes):
+        """Links per chip a ring collective over these grid axes uses: 2 along an axis that
+        wraps around, 1 along one that does not; a GPU's NVLink counts as 1."""
+        if self.chip.is_gpu:
+            return 1 if any(self.shape[a] > 1 for a in axes) else 0
+        return sum((2 if self.torus else 1) for a in axes if self.shape[a] > 1)
+
+    def bandwidth(self, axes=None):
+        """Bytes/s per chip, one direction, of a ring collective over `axes` (all by default)."""
+        axes = range(len(self.shape)) if axes is None else axes
+        return self.links(axes) * self.chip.link_bandwidth
+
+    def mesh_axes(self, mesh_shape):
+        """The grid axes each mesh axis runs over, filling the grid's axes in order: a (2, 4)
+        mesh on a (2, 2, 2) slice is [(0,), (1, 2)]. Raises if a mesh axis would split one. In a
+        GPU node every group reaches the switch alike: each mesh axis of size > 1 gets (0,)."""
+        if self.chip.is_gpu:
+            return [(0,) if size > 1 else () for size in mesh_shape]
+        found, axis = [], 0
+        for size in mesh_shape:
+            taken, product = [], 1
+            while product < size and axis < len(self.shape):
+                taken.append(axis)
+                product *= self.shape[axis]
+                axis += 1
+            if product != size:
+                raise ValueError(f"mesh {mesh_shape} does not map onto whole axes of {self.shape}")
+            found.append(tuple(taken))
+        return found
+
+
+def ring_seconds(nbytes, devices, bandwidth, passes=1):
+    """Seconds of `passes` ring passes of an `nbytes` array among `devices`, per device."""
+    return passes * (devices - 1) / devices * nbytes / bandwidth
+
+
+def hierarchical_all_reduce(nbytes, node, nodes):
+    """Seconds of a gradient all-reduce over `nodes` nodes (or slices) of `node`'s chips, as
+    multi-node libraries run it: a reduce-scatter inside each node, so each chip holds 1/chips
+    of the sum; an all-reduce of that shard across the nodes, every chip over its own NIC at
+    once; an all-gather inside the node. Returns (inside, across): with the phases pipelined
+    over chunks, the step waits for the larger; in series, for their sum."""
+    inside = ring_seconds(nbytes, node.chips, node.bandwidth(), passes=2)
+    across = ring_seconds(nbytes / node.chips, nodes, node.chip.network_bandwidth, passes=2)
+    return inside, across
+
+
+@dataclass(frozen=True)
 class StepTime:
     compute: float  # seconds: flops / chip.flops
-    communication: float  # seconds: bytes / bandwidth
+    communication: float  # seconds: bytes / bandwidth, summed over the collectives
     # seconds: bytes read and written in HBM / chip.hbm_bandwidth, for element-wise work that
     # overlaps neither compute nor communication (the optimizer's update); 0 if not priced
     hbm: float = 0.0
@@ -141,81 +233,149 @@ class StepTime:
         `hbm` does not enter, since it adds to both bounds alike."""
         return "compute" if self.compute >= self.communication else "communication"
 
+    def at(self, compute_efficiency, link_efficiency=1.0, hbm_efficiency=1.0):
+        """The same step on a chip whose kernels reach `compute_efficiency` of the peak (the
+        MFU), whose links reach `link_efficiency` of theirs, and HBM `hbm_efficiency`."""
+        return StepTime(
+            self.compute / compute_efficiency,
+            self.communication / link_efficiency,
+            self.hbm / hbm_efficiency,
+        )
 
-def bandwidth(chip, across_nodes=False):
-    """Bytes/s one chip sends in one direction: between nodes, or to its peers in a node."""
-    return chip.network_bandwidth if across_nodes else chip.link_bandwidth
+    def dominates(self, other):
+        """No part of this step takes longer than the other's: then it is never slower, at
+        any efficiencies the calibration scales the parts by, overlapped or not."""
+        mine = (self.compute, self.communication, self.hbm)
+        theirs = (other.compute, other.communication, other.hbm)
+        # equal parts summed in another order may differ in the last bits: they count as equal
+        return all(a <= b or math.isclose(a, b, rel_tol=1e-9) for a, b in zip(mine, theirs))
+
+    def calibrated(self, measured=None):
+        """(fastest, slowest) seconds: the overlapped time at the best measured efficiencies,
+        the serial time at the worst. A layout beats another only if its slowest is below the
+        other's fastest: inside the two ranges, the model cannot tell them apart."""
+        m = measured or MEASURED
+        fast = self.at(m["mfu"][1], m["link"][1], m["hbm"][1]).overlapped
+        slow = self.at(m["mfu"][0], m["link"][0], m["hbm"][0]).serial
+        return fast, slow
 
 
-def step_time(
-    flops_per_device, bytes_sent_per_device, chip, across_nodes=False, hbm_bytes_moved=0
-) -> StepTime:
-    """The roofline times of one step on `chip`: its FLOPs at peak, its bytes at link speed.
+# Efficiencies measured in public, (lowest, highest): what fraction of the data sheet's peak
+# real training reaches. MFU (model FLOPs utilization): Llama 3's pre-training on H100s,
+# 38-43% (Table 4 of arXiv 2407.21783), and PaLM's on TPU v4, 46.2% (arXiv 2204.02311). Links:
+# NCCL's developers give about 370 of NVLink's 450 GB/s one way as what its ring collectives
+# reach on H100 (nccl-tests issue 212), up to the full rate. HBM: element-wise kernels reach most
+# of the bandwidth; taken as 80-100% (an assumption, not a measurement).
+MEASURED = {"mfu": (0.38, 0.462), "link": (370 / 450, 1.0), "hbm": (0.8, 1.0)}
+MEASURED_SOURCES = (
+    "https://arxiv.org/abs/2407.21783",
+    "https://arxiv.org/abs/2204.02311",
+    "https://github.com/NVIDIA/nccl-tests/issues/212",
+)
 
-    `bytes_sent_per_device` is what one device sends per step (for example
-    `compiled.sent_per_device`, which assumes ring collectives); `across_nodes` sends them at
-    the network's bandwidth instead of the links' inside a node or slice. `hbm_bytes_moved`
-    (optional) is what one device reads and writes in HBM for work that overlaps neither, such
-    as the optimizer's update: Adam with bf16 parameters, gradients and moments reads 8 bytes
-    per parameter the device holds and writes 6, 14 in all. It becomes `StepTime.hbm`.
-    """
+
+def verdict(times, measured=None):
+    """The layout whose slowest calibrated time is below every other's fastest, or None."""
+    ranges = {name: t.calibrated(measured) for name, t in times.items()}
+    for name, (_, slow) in ranges.items():
+        if all(slow < fast for other, (fast, _) in ranges.items() if other != name):
+            return name
+    return None
+
+
+def step_time(flops_per_device, communication_seconds, chip, hbm_bytes_moved=0) -> StepTime:
+    """The roofline times of one step on `chip`: its FLOPs at peak, its collectives' seconds
+    (from `ring_seconds` over the links each runs on), and `hbm_bytes_moved` at HBM speed."""
     return StepTime(
         compute=flops_per_device / chip.flops,
-        communication=bytes_sent_per_device / bandwidth(chip, across_nodes),
+        communication=communication_seconds,
         hbm=hbm_bytes_moved / chip.hbm_bandwidth,
     )
 
 
-def _ring_share(devices):
+# Bytes per parameter of mixed-precision training with Adam: a bf16 copy of the parameters for
+# the matrix products, f32 master parameters and f32 moments (mu, nu) for the update, and bf16
+# gradients. The update reads master, mu, nu and the gradient and writes master, mu, nu and the
+# bf16 copy.
+MIXED = {"params": 2, "master": 4, "moments": 8, "grads": 2}
+ADAM_UPDATE_BYTES = (
+    MIXED["master"]
+    + MIXED["moments"]
+    + MIXED["grads"]
+    + (MIXED["master"] + MIXED["moments"] + MIXED["params"])
+)  # 28: read 14, write 14
+
+
+def _share(devices):
     """(n - 1) / n for a ring of n devices; 1, the large-ring limit, when n is None."""
     return 1.0 if devices is None else (devices - 1) / devices
 
 
-def data_parallel_threshold(
-    chip, across_nodes=False, bytes_per_param=2, passes=2, devices=None, overlap_flops=6
-) -> float:
-    """Tokens per device above which data-parallel (or FSDP) compute hides its gradient traffic.
+def default_bandwidth(chip):
+    """A ring's bandwidth inside a node or slice when none is given: a GPU's NVLink; for a TPU,
+    2 links, one axis of a torus (a slice without wraparound has half that on each axis)."""
+    return chip.link_bandwidth * (1 if chip.is_gpu else 2)
 
-    A train step of a dense model computes about 6 FLOPs per parameter and token (2 forward,
-    4 backward), so a device with T tokens and P parameters computes 6 P T FLOPs. It sends
-    `passes` ring passes of the P parameters' gradients (or weights), each pass
-    (n - 1) / n * P * bytes_per_param bytes: 2 passes for data parallelism's all-reduce
-    (a reduce-scatter then an all-gather); 3 for FSDP (an all-gather of the weights forward,
-    another backward, a reduce-scatter of the gradients). Compute takes at least as long as
-    communication when
 
-        6 P T / flops >= passes * (n - 1) / n * P * bytes_per_param / bandwidth
-        T >= passes * (n - 1) / n * bytes_per_param * flops / (6 * bandwidth)
+def data_parallel_threshold(chip, bandwidth=None, bytes_per_param=2, devices=None) -> float:
+    """Tokens per device from which the backward pass hides data parallelism's gradients.
 
-    P cancels: the threshold is a property of the chip and the link. With `devices=None`,
-    (n - 1) / n is taken as 1, the large-ring limit, which slightly overstates the threshold.
+    A dense model's train step computes about 6 FLOPs per parameter and token, 2 forward and 4
+    backward. The gradients exist only during the backward pass, so their all-reduce (2 ring
+    passes of (n - 1) / n * P * bytes_per_param bytes) can overlap only its 4 P T FLOPs:
 
-    The default compares the traffic with the whole step's FLOPs, an optimistic bound: a
-    gradient all-reduce can only overlap the backward pass, 4 of the 6 FLOPs. `overlap_flops=4`
-    puts 4 in place of 6, which raises the threshold 1.5 times. (FSDP's passes split 1 forward,
-    2 backward, in proportion to the FLOPs, so for it the default holds pass by pass.)
+        4 P T / flops >= 2 (n - 1) / n * P * bytes_per_param / bandwidth
+        T >= (n - 1) / n * bytes_per_param * flops / (2 * bandwidth)
+
+    P cancels. With `devices=None`, (n - 1) / n is taken as 1, the large-ring limit.
     """
-    share = _ring_share(devices)
-    per_second = overlap_flops * bandwidth(chip, across_nodes)
-    return passes * share * bytes_per_param * chip.flops / per_second
+    bandwidth = bandwidth or default_bandwidth(chip)
+    return _share(devices) * bytes_per_param * chip.flops / (2 * bandwidth)
 
 
-def tensor_parallel_threshold(chip, across_nodes=False, bytes_per_value=2, devices=None) -> float:
-    """Hidden width per shard above which a tensor-parallel layer hides its activation traffic.
+def fsdp_threshold(chip, bandwidth=None, bytes_per_param=2, devices=None) -> float:
+    """Tokens per device from which FSDP's traffic hides, pass by pass: the same as data
+    parallelism's. Forward, one all-gather of the weights against 2 P T FLOPs; backward,
+    another all-gather and a reduce-scatter of the gradients against 4 P T. Each gives
+    T >= (n - 1) / n * bytes_per_param * flops / (2 * bandwidth)."""
+    bandwidth = bandwidth or default_bandwidth(chip)
+    ring = _share(devices) * bytes_per_param / bandwidth  # seconds per parameter and pass
+    forward = 1 * ring * chip.flops / 2  # tokens at which 2 P T FLOPs take as long as 1 pass
+    backward = 2 * ring * chip.flops / 4
+    return max(forward, backward)
+
+
+def tensor_parallel_threshold(chip, bandwidth=None, bytes_per_value=2, devices=None) -> float:
+    """Hidden width per shard from which a tensor-parallel layer hides its all-reduces, pass by
+    pass.
 
     The layer is the site's relu(x @ W1) @ W2 with W1[embed, hidden@model] and
-    W2[hidden@model, embed], split over n devices, so each holds h = hidden / n columns of W1.
-    Per token and train step, a device computes 6 matrix products' worth of 2 * embed * h
-    FLOPs (2 forward, 4 backward): 12 * embed * h. It all-reduces the layer's output forward
-    and the gradient of its input backward, each embed values per token: 2 ring all-reduces of
-    2 * (n - 1) / n * embed * bytes_per_value bytes. Compute takes at least as long when
+    W2[hidden@model, embed] over n devices, each with h = hidden / n columns of W1. Per token,
+    the forward pass computes 4 * embed * h FLOPs and all-reduces embed values (2 ring passes of
+    (n - 1) / n * embed * bytes_per_value bytes); the backward pass computes twice the FLOPs
+    for one all-reduce. The forward pass binds, and nothing else can hide its all-reduce (the
+    next layer needs the sum):
 
-        12 * embed * h / flops >= 4 * (n - 1) / n * embed * bytes_per_value / bandwidth
-        h >= (n - 1) / n * bytes_per_value * flops / (3 * bandwidth)
+        4 * embed * h / flops >= 2 (n - 1) / n * embed * bytes_per_value / bandwidth
+        h >= (n - 1) / n * bytes_per_value * flops / (2 * bandwidth)
 
-    embed and the number of tokens cancel. With `devices=None`, (n - 1) / n is taken as 1.
-    Like `data_parallel_threshold`, it compares whole-step totals; per pass, the forward
-    all-reduce has 4 of the 12 FLOPs to hide behind, the backward one 8.
+    embed and the tokens cancel; 1.5 times the threshold of the whole step's totals.
     """
-    share = _ring_share(devices)
-    return share * bytes_per_value * chip.flops / (3 * bandwidth(chip, across_nodes))
+    bandwidth = bandwidth or default_bandwidth(chip)
+    return _share(devices) * bytes_per_value * chip.flops / (2 * bandwidth)
+
+
+def cross_node_data_parallel_threshold(node, nodes=None, bytes_per_param=2) -> float:
+    """Tokens per chip from which the backward pass hides a hierarchical gradient all-reduce
+    over `nodes` nodes (None: many) of `node`'s chips, its phases pipelined (the larger one
+    counts). The cross-node phase sends 1/chips of the gradients per chip over its own NIC."""
+    share = _share(nodes)
+    inside = _share(node.chips) / node.bandwidth()
+    across = share / (node.chips * node.chip.network_bandwidth)
+    seconds_per_byte = 2 * max(inside, across)  # 2 ring passes of each gradient byte
+    return seconds_per_byte * bytes_per_param * node.chip.flops / 4
+
+
+def with_link_bandwidth(chip, bandwidth):
+    """The chip with another per-link bandwidth (a measured one, say)."""
+    return replace(chip, link_bandwidth=bandwidth)

@@ -411,3 +411,48 @@ def test_the_redefinition_check_tells_a_copy_from_a_twin():
         "MLP", "collectives",
     }  # fmt: skip
     assert not {n for n, k in definitions(twin).items() if shared.get(n) == k}
+
+
+# A program in the forms XLA's GPU backend prints (written by hand: no GPU here): a cuBLAS gemm,
+# async all-reduce and all-gather pairs, empty replica groups, a multi-operand all-reduce-start.
+GPU_FORMS = """\
+HloModule jit_step, is_scheduled=true, num_partitions=8
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p0: f32[64,256], p1: f32[256,128], p2: f32[4], p3: f32[8]) -> f32[512,128] {
+  %p0 = f32[64,256]{1,0} parameter(0)
+  %p1 = f32[256,128]{1,0} parameter(1)
+  %p2 = f32[4]{0} parameter(2)
+  %p3 = f32[8]{0} parameter(3)
+  %gemm = (f32[64,128]{1,0}, s8[4194304]{0}) custom-call(%p0, %p1), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}
+  %out = f32[64,128]{1,0} get-tuple-element(%gemm), index=0
+  %ars = f32[64,128]{1,0} all-reduce-start(%out), replica_groups={}, to_apply=%add
+  %ard = f32[64,128]{1,0} all-reduce-done(%ars)
+  %pair = (f32[4]{0}, f32[8]{0}) all-reduce-start(%p2, %p3), replica_groups={{0,1},{2,3},{4,5},{6,7}}, to_apply=%add
+  %paird = (f32[4]{0}, f32[8]{0}) all-reduce-done(%pair)
+  %ags = (f32[64,128]{1,0}, f32[512,128]{1,0}) all-gather-start(%ard), replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}
+  ROOT %agd = f32[512,128]{1,0} all-gather-done(%ags)
+}
+"""  # noqa: E501
+
+
+def test_readers_handle_the_gpu_backends_forms():
+    rows = gc.collectives(GPU_FORMS)
+    assert [(c.kind, c.shape, c.group) for c in rows] == [
+        ("all-reduce", "f32[64,128]", 8),  # replica_groups={}: every device of the module
+        ("all-reduce", "(f32[4], f32[8])", 2),  # a start's shape is its result
+        ("all-gather", "f32[512,128]", 8),  # (operand, result): the result
+    ]
+    assert [c.nbytes for c in rows] == [64 * 128 * 4, 12 * 4, 512 * 128 * 4]
+    assert gc.matmul_flops(GPU_FORMS) == 2 * 64 * 128 * 256  # the gemm, its workspace ignored
+
+
+def test_empty_replica_groups_need_the_device_count():
+    with pytest.raises(ValueError, match="device count"):
+        gc.group_size("replica_groups={}, to_apply=%add")
+    assert gc.group_size("replica_groups={}, to_apply=%add", devices=4) == 4

@@ -1,23 +1,23 @@
-"""guide_helpers.roofline: the chip table and the roofline arithmetic, against hand arithmetic."""
+"""guide_helpers.roofline: the chip table, links and the roofline arithmetic, by hand."""
 
 import dataclasses
-import math
 
 import pytest
 
 from guide_helpers import roofline
-from guide_helpers.roofline import CHIPS, Chip, StepTime, step_time
+from guide_helpers.roofline import CHIPS, Chip, Slice, StepTime, step_time
 
-# A chip with round figures, so that every expected number below is exact by hand.
-ROUND = Chip(
-    name="round",
-    flops=1e15,
-    hbm_bytes=100e9,
-    hbm_bandwidth=4e12,
-    link_bandwidth=500e9,
-    network_bandwidth=50e9,
+# Chips with round figures, so that every expected number below is exact by hand.
+ROUND_GPU = Chip(
+    name="round GPU", flops=1e15, hbm_bytes=100e9, hbm_bandwidth=4e12, link_bandwidth=500e9,
+    links=1, network_bandwidth=50e9, chips_per_host=8, torus_every=0,
     sources=("https://example.com",),
+)  # fmt: skip
+ROUND_TPU = dataclasses.replace(
+    ROUND_GPU, name="round TPU", link_bandwidth=100e9, links=6, chips_per_host=4, torus_every=4
 )
+H100, H200 = CHIPS["H100 SXM"], CHIPS["H200 SXM"]
+V5E, V5P = CHIPS["TPU v5e"], CHIPS["TPU v5p"]
 
 
 def test_the_four_chips_are_there_keyed_by_name():
@@ -29,133 +29,158 @@ def test_every_chip_has_public_sources_and_notes():
     for chip in CHIPS.values():
         assert chip.sources and all(s.startswith("https://") for s in chip.sources), chip.name
         assert chip.notes, chip.name
+    assert all(s.startswith("https://") for s in roofline.MEASURED_SOURCES)
 
 
 def test_units_are_bytes_and_flops_per_second():
-    h100, h200 = CHIPS["H100 SXM"], CHIPS["H200 SXM"]
-    v5e, v5p = CHIPS["TPU v5e"], CHIPS["TPU v5p"]
-    # Dense bf16: about a petaFLOP/s for Hopper, hundreds of teraFLOP/s for the TPUs.
-    assert 0.9e15 < h100.flops == h200.flops < 1.1e15
-    assert 150e12 < v5e.flops < v5p.flops < 500e12
-    # HBM in tens of gigabytes at terabytes per second.
-    assert 10e9 < v5e.hbm_bytes < h100.hbm_bytes < v5p.hbm_bytes < h200.hbm_bytes < 200e9
-    assert 0.5e12 < v5e.hbm_bandwidth < h100.hbm_bandwidth < h200.hbm_bandwidth < 10e12
+    assert 0.9e15 < H100.flops == H200.flops < 1.1e15
+    assert 150e12 < V5E.flops < V5P.flops < 500e12
+    assert 10e9 < V5E.hbm_bytes < H100.hbm_bytes < V5P.hbm_bytes < H200.hbm_bytes < 200e9
+    assert 0.5e12 < V5E.hbm_bandwidth < H100.hbm_bandwidth < H200.hbm_bandwidth < 10e12
     for chip in CHIPS.values():
-        # One direction: links inside a node are hundreds of GB/s, the network far less.
-        assert 100e9 <= chip.link_bandwidth <= 1e12, chip.name
-        assert 1e9 < chip.network_bandwidth < chip.link_bandwidth / 5, chip.name
+        # One direction: a link carries tens to hundreds of GB/s; each chip's network far less.
+        assert 10e9 <= chip.link_bandwidth <= 1e12, chip.name
+        assert 1e9 < chip.network_bandwidth < chip.link_bandwidth, chip.name
 
 
-def test_vendor_figures_converted_to_one_direction_and_dense():
-    h100 = CHIPS["H100 SXM"]
-    assert h100.flops == 1979e12 / 2  # the data sheet's 1,979 TFLOP/s is with sparsity
-    assert h100.link_bandwidth == 450e9  # NVLink 900 GB/s is both directions together
-    assert h100.network_bandwidth == 50e9  # 400 Gb/s per GPU, in bytes
-    assert CHIPS["TPU v5p"].link_bandwidth == 600e9  # ICI 1,200 GB/s bidirectional
-    assert CHIPS["TPU v5e"].link_bandwidth == 200e9  # ICI 400 GB/s bidirectional
-    assert CHIPS["TPU v5e"].network_bandwidth == 25e9 / 8  # 2 x 100 Gb/s per 8 chips
-    assert CHIPS["TPU v5p"].hbm_bytes == 95 * 2**30
-    # 600 GB/s one way over a v5p chip's 6 ICI links: 100 GB/s per link, as the links source says.
-    assert CHIPS["TPU v5p"].link_bandwidth / 6 == 100e9
+def test_vendor_figures_converted_to_one_direction_dense_and_per_link():
+    assert H100.flops == 1979e12 / 2  # the data sheet's 1,979 TFLOP/s is with sparsity
+    assert H100.link_bandwidth == 450e9 and H100.links == 1  # NVLink 900 GB/s, both directions
+    assert H100.network_bandwidth == 50e9  # 400 Gb/s per GPU, in bytes
+    # ICI: 1,200 GB/s (v5p) and 400 GB/s (v5e) per chip, both directions, over 6 and 4 links.
+    assert (V5P.link_bandwidth, V5P.links) == (100e9, 6)
+    assert (V5E.link_bandwidth, V5E.links) == (50e9, 4)
+    assert V5P.link_bandwidth * V5P.links == 600e9 and V5E.link_bandwidth * V5E.links == 200e9
+    assert V5E.network_bandwidth == 25e9 / 8  # 2 x 100 Gb/s per host of 8 chips
+    assert V5P.hbm_bytes == 95 * 2**30
+
+
+def test_a_ring_uses_two_links_per_torus_axis_one_per_line_axis():
+    # 8 v5p chips are a 2x2x2 slice with no wraparound: 1 link along each of 3 axes.
+    v5p_16 = Slice(V5P, (2, 2, 2))
+    assert not v5p_16.torus and v5p_16.links([0, 1, 2]) == 3
+    assert v5p_16.bandwidth() == 300e9 and v5p_16.bandwidth([0]) == 100e9
+    # A whole 4x4x4 cube wraps around: 2 links per axis, all 6 for all three axes.
+    cube = Slice(V5P, (4, 4, 4))
+    assert cube.torus and cube.bandwidth([2]) == 200e9 and cube.bandwidth() == 600e9
+    assert not Slice(V5P, (4, 4, 8 + 2)).torus
+    # v5e-8 is 2x4, a line each way; only the 16x16 pod is a torus.
+    v5e_8 = Slice(V5E, (2, 4))
+    assert not v5e_8.torus and v5e_8.bandwidth() == 100e9
+    assert Slice(V5E, (16, 16)).torus and Slice(V5E, (16, 16)).bandwidth() == 200e9
+    # A 2x2x1 slice (v5p-8): the third axis has one chip and no links.
+    assert Slice(V5P, (2, 2, 1)).bandwidth() == 200e9
+    # A GPU node: every group inside it uses the GPU's NVLink to the switch.
+    node = Slice(H100, (8,))
+    assert node.bandwidth() == 450e9 and node.links([0]) == 1
+
+
+def test_mesh_axes_fill_the_grid_in_order_and_refuse_a_split():
+    assert Slice(V5P, (2, 2, 2)).mesh_axes((2, 4)) == [(0,), (1, 2)]
+    assert Slice(V5P, (2, 2, 2)).mesh_axes((8, 1)) == [(0, 1, 2), ()]
+    assert Slice(V5E, (2, 4)).mesh_axes((1, 8)) == [(), (0, 1)]
+    # In a GPU node every group reaches the switch the same way: any mesh shape fits.
+    assert Slice(H100, (8,)).mesh_axes((2, 4)) == [(0,), (0,)]
+    assert Slice(H100, (8,)).mesh_axes((8, 1)) == [(0,), ()]
+    with pytest.raises(ValueError, match="does not map onto whole axes"):
+        Slice(V5E, (2, 4)).mesh_axes((4, 2))
+
+
+def test_ring_seconds_and_hierarchical_all_reduce_by_hand():
+    assert roofline.ring_seconds(8e9, 8, 500e9) == pytest.approx(7 / 8 * 8e9 / 500e9)
+    assert roofline.ring_seconds(8e9, 8, 500e9, passes=2) == pytest.approx(2 * 7e9 / 500e9)
+    node = Slice(ROUND_GPU, (8,))
+    inside, across = roofline.hierarchical_all_reduce(8e9, node, nodes=2)
+    assert inside == pytest.approx(2 * 7 / 8 * 8e9 / 500e9)
+    assert across == pytest.approx(2 * 1 / 2 * 1e9 / 50e9)  # a 1/8 shard per NIC
 
 
 def test_step_time_divides_by_the_peaks():
-    t = step_time(2e15, 1e12, ROUND)
+    t = step_time(2e15, 2.0, ROUND_GPU)
     assert t == StepTime(compute=2.0, communication=2.0)
-    t = step_time(1e15, 250e9, ROUND)
-    assert (t.compute, t.communication) == (1.0, 0.5)
-    across = step_time(1e15, 250e9, ROUND, across_nodes=True)
-    assert (across.compute, across.communication) == (1.0, 5.0)
+    assert step_time(1e15, 0.5, ROUND_GPU, hbm_bytes_moved=2e12).hbm == 0.5
 
 
 def test_overlapped_serial_and_bound():
     compute_bound = StepTime(compute=3.0, communication=1.0)
-    assert compute_bound.overlapped == 3.0
-    assert compute_bound.serial == 4.0
+    assert (compute_bound.overlapped, compute_bound.serial) == (3.0, 4.0)
     assert compute_bound.bound == "compute"
-    talk_bound = StepTime(compute=1.0, communication=3.0)
-    assert (talk_bound.overlapped, talk_bound.serial) == (3.0, 4.0)
+    talk_bound = StepTime(compute=1.0, communication=3.0, hbm=0.5)
+    assert (talk_bound.overlapped, talk_bound.serial) == (3.5, 4.5)
     assert talk_bound.bound == "communication"
     assert StepTime(2.0, 2.0).bound == "compute"  # a tie counts as compute
 
 
-def test_hbm_time_adds_to_both_bounds_and_not_to_bound():
-    t = step_time(1e15, 250e9, ROUND, hbm_bytes_moved=2e12)
-    assert (t.compute, t.communication, t.hbm) == (1.0, 0.5, 0.5)
-    assert (t.overlapped, t.serial, t.bound) == (1.5, 2.0, "compute")
-    assert step_time(1e15, 250e9, ROUND).hbm == 0.0  # not priced unless asked
-    talk = StepTime(compute=1.0, communication=3.0, hbm=0.5)
-    assert (talk.overlapped, talk.serial, talk.bound) == (3.5, 4.5, "communication")
+def test_calibration_widens_the_bounds_and_a_verdict_needs_disjoint_ranges():
+    t = StepTime(compute=1.0, communication=0.5, hbm=0.1)
+    assert t.at(0.5, 0.5, 0.5) == StepTime(2.0, 1.0, 0.2)
+    measured = {"mfu": (0.4, 0.5), "link": (0.5, 1.0), "hbm": (0.5, 1.0)}
+    fast, slow = t.calibrated(measured)
+    assert fast == pytest.approx(1.0 / 0.5 + 0.1) and slow == pytest.approx(2.5 + 1.0 + 0.2)
+    close = {"a": StepTime(1.0, 0.1), "b": StepTime(1.1, 0.1)}
+    assert roofline.verdict(close, measured) is None  # 10% apart: inside the ranges
+    apart = {"a": StepTime(1.0, 0.1), "b": StepTime(4.0, 0.1)}
+    assert roofline.verdict(apart, measured) == "a"
 
 
-def test_adam_update_of_an_h100_by_hand():
-    # bf16 parameters, gradients, mu and nu: read 8 bytes per parameter, write 6.
-    params = 1e9
-    t = step_time(0, 0, CHIPS["H100 SXM"], hbm_bytes_moved=14 * params)
-    assert t.hbm == pytest.approx(14e9 / 3.35e12)
+def test_a_step_that_is_no_slower_in_any_part_dominates():
+    a, b = StepTime(1.0, 0.5, 0.1), StepTime(1.0, 0.7, 0.2)
+    assert a.dominates(b) and not b.dominates(a) and a.dominates(a)
+    assert not StepTime(1.1, 0.1, 0.0).dominates(b)  # faster links do not buy back compute
+    for mfu in (0.3, 0.5, 1.0):
+        for link in (0.5, 1.0):
+            fast, slow = a.at(mfu, link), b.at(mfu, link)
+            assert fast.overlapped <= slow.overlapped and fast.serial <= slow.serial
 
 
-def test_step_time_of_an_h100_by_hand():
-    # 6 x 1e9 parameters x 4096 tokens of FLOPs; a bf16 gradient all-reduce over 8 in a ring.
-    flops = 6 * 1e9 * 4096
-    sent = 2 * 7 / 8 * 1e9 * 2
-    t = step_time(flops, sent, CHIPS["H100 SXM"])
-    assert t.compute == pytest.approx(24.576e12 / 989.5e12)
-    assert t.communication == pytest.approx(3.5e9 / 450e9)
-    assert t.bound == "compute"
+def test_mixed_precision_bytes_per_parameter():
+    assert sum(roofline.MIXED.values()) == 16  # bf16 copy, f32 master and moments, bf16 grads
+    assert roofline.ADAM_UPDATE_BYTES == 28  # read 4 + 8 + 2, write 4 + 8 + 2
 
 
-def test_data_parallel_threshold_by_hand():
-    # T >= passes x bytes x flops / (6 x bandwidth): 2 x 2 x 1e15 / (6 x 500e9) = 1333.3...
-    assert roofline.data_parallel_threshold(ROUND) == pytest.approx(4e15 / 3e12)
-    assert roofline.data_parallel_threshold(ROUND, across_nodes=True) == pytest.approx(4e15 / 3e11)
-    assert roofline.data_parallel_threshold(ROUND, bytes_per_param=4) == pytest.approx(8e15 / 3e12)
-    fsdp = roofline.data_parallel_threshold(ROUND, passes=3)
-    assert fsdp == pytest.approx(1.5 * roofline.data_parallel_threshold(ROUND))
-    eight = roofline.data_parallel_threshold(ROUND, devices=8)
-    assert eight == pytest.approx(7 / 8 * 4e15 / 3e12)
-    # Overlapping the backward pass only (4 of the 6 FLOPs): 1.5 times the default.
-    backward = roofline.data_parallel_threshold(ROUND, overlap_flops=4)
-    assert backward == pytest.approx(2 * 2 * 1e15 / (4 * 500e9))
-    assert backward == pytest.approx(1.5 * roofline.data_parallel_threshold(ROUND))
-
-
-def test_data_parallel_threshold_is_where_compute_meets_communication():
+def test_data_parallel_threshold_is_the_backward_pass_by_hand():
+    # T >= (n - 1) / n x bytes x flops / (2 x bandwidth)
+    assert roofline.data_parallel_threshold(ROUND_GPU) == pytest.approx(2e15 / 1e12)
+    eight = roofline.data_parallel_threshold(ROUND_GPU, devices=8)
+    assert eight == pytest.approx(7 / 8 * 2000)
+    # At the threshold the backward pass (4 P T FLOPs) takes as long as the all-reduce.
     params, n = 1e9, 8
-    tokens = roofline.data_parallel_threshold(ROUND, devices=n)
-    at = step_time(6 * params * tokens, 2 * (n - 1) / n * params * 2, ROUND)
-    assert at.compute == pytest.approx(at.communication)
-    above = step_time(6 * params * 2 * tokens, 2 * (n - 1) / n * params * 2, ROUND)
-    assert above.bound == "compute"
+    backward = 4 * params * eight / ROUND_GPU.flops
+    assert backward == pytest.approx(roofline.ring_seconds(params * 2, n, 500e9, passes=2))
+    assert round(roofline.data_parallel_threshold(H100, devices=8)) == 1924
 
 
-def test_tensor_parallel_threshold_by_hand():
-    # h >= bytes x flops / (3 x bandwidth): 2 x 1e15 / (3 x 500e9) = 1333.3...
-    assert roofline.tensor_parallel_threshold(ROUND) == pytest.approx(2e15 / 1.5e12)
-    across = roofline.tensor_parallel_threshold(ROUND, across_nodes=True)
-    assert across == pytest.approx(10 * roofline.tensor_parallel_threshold(ROUND))
-    # At the threshold, one layer's step (12 E h FLOPs and 2 all-reduces of E values per
-    # token, over n devices) takes as long to compute as to communicate.
+def test_fsdp_threshold_equals_data_parallels_pass_by_pass():
+    for chip in (ROUND_GPU, H100, V5P):
+        assert roofline.fsdp_threshold(chip, devices=8) == pytest.approx(
+            roofline.data_parallel_threshold(chip, devices=8)
+        )
+
+
+def test_tensor_parallel_threshold_is_the_forward_pass_by_hand():
+    # h >= (n - 1) / n x bytes x flops / (2 x bandwidth)
+    assert roofline.tensor_parallel_threshold(ROUND_GPU) == pytest.approx(2e15 / 1e12)
     embed, tokens, n = 2048, 512, 4
-    h = roofline.tensor_parallel_threshold(ROUND, devices=n)
-    flops = 12 * embed * h * tokens
-    sent = 2 * 2 * (n - 1) / n * embed * tokens * 2
-    at = step_time(flops, sent, ROUND)
-    assert at.compute == pytest.approx(at.communication)
+    h = roofline.tensor_parallel_threshold(ROUND_GPU, devices=n)
+    forward = 4 * embed * h * tokens / ROUND_GPU.flops
+    all_reduce = roofline.ring_seconds(embed * tokens * 2, n, 500e9, passes=2)
+    assert forward == pytest.approx(all_reduce)
+    # 1,024 columns per chip on 8 chips is below every chip's threshold: link-bound everywhere.
+    slices = {H100: Slice(H100, (8,)), H200: Slice(H200, (8,))}
+    slices |= {V5P: Slice(V5P, (2, 2, 2)), V5E: Slice(V5E, (2, 4))}
+    for chip, s in slices.items():
+        assert roofline.tensor_parallel_threshold(chip, s.bandwidth(), devices=8) > 1024
 
 
-def test_thresholds_of_real_chips_by_hand():
-    h100 = CHIPS["H100 SXM"]
-    assert roofline.data_parallel_threshold(h100) == pytest.approx(2 * 2 * 989.5e12 / (6 * 450e9))
-    # The default is exactly the whole-step formula the layout guide asserts.
-    assert roofline.data_parallel_threshold(h100, devices=8) == 2 * 7 / 8 * 2 * 989.5e12 / (
-        6 * 450e9
-    )
-    backward = roofline.data_parallel_threshold(h100, devices=8, overlap_flops=4)
-    assert round(backward) == 1924
-    assert math.isclose(roofline.tensor_parallel_threshold(h100), 2 * 989.5e12 / (3 * 450e9))
-    assert 1000 < roofline.data_parallel_threshold(h100) < 2000  # tokens per GPU
-    assert roofline.data_parallel_threshold(h100, across_nodes=True) > 10_000
+def test_cross_node_threshold_is_about_the_in_node_one():
+    node = Slice(H100, (8,))
+    across = roofline.cross_node_data_parallel_threshold(node)
+    assert across == pytest.approx(989.5e12 / 400e9)  # 2,474: the node's 8 NICs, 400 GB/s
+    inside = roofline.data_parallel_threshold(H100)  # large-ring limit: 2,199
+    assert 1.1 < across / inside < 1.15
+    # Two nodes: the cross-node ring is (2 - 1) / 2; then the NVLink phase binds.
+    two = roofline.cross_node_data_parallel_threshold(node, nodes=2)
+    assert two == pytest.approx(roofline.data_parallel_threshold(H100, devices=8))
 
 
 def test_chips_are_frozen():
