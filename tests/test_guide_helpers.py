@@ -272,6 +272,29 @@ def test_the_main_guide_defines_the_model_that_guide_helpers_shares():
         )
 
 
+def top_level(source, kinds=(ast.ClassDef, ast.FunctionDef)):
+    """{name: its AST dump} of the module's top-level classes and functions."""
+    body = ast.parse(source).body
+    return {node.name: ast.dump(node) for node in body if isinstance(node, kinds)}
+
+
+# The transformer guide writes the site's second model out; guide_helpers/transformer.py shares it.
+TRANSFORMER_LESSON = set(top_level((ROOT / "guide_helpers" / "transformer.py").read_text()))
+
+
+def test_the_transformer_guide_defines_the_model_that_guide_helpers_shares():
+    shared_source = (ROOT / "guide_helpers" / "transformer.py").read_text()
+    guide_source = python_of(jupytext.read(DOCS / "transformer.md"))
+    shared, in_guide = top_level(shared_source), top_level(guide_source)
+    assert {"Transformer", "DecoderBlock", "CausalSelfAttention", "next_token_loss"} <= set(shared)
+    for name, dump in shared.items():
+        assert in_guide.get(name) == dump, (
+            f"{name} of docs/transformer.md differs from guide_helpers/transformer.py"
+        )
+    names = [n for n in ast.parse(shared_source).body if isinstance(n, ast.Assign)]
+    assert all(ast.dump(n) in map(ast.dump, ast.parse(guide_source).body) for n in names)
+
+
 def test_launch_returns_each_process_output_in_order(tmp_path, monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     script = tmp_path / "hello.py"
@@ -391,10 +414,13 @@ def shared_definitions():
 
 @pytest.mark.parametrize("name", guide_names())
 def test_no_guide_redefines_what_guide_helpers_provides(name):
-    """One source per helper: a guide imports it. Only the main guide writes the model, its
-    lesson (checked equal to guide_helpers.models above)."""
-    lesson = {"DotReluDot", "MLP", "LogicalDotReluDot", "LogicalMLP"}
-    allowed = lesson if name == "scale_up_a_flax_model" else set()
+    """One source per helper: a guide imports it. Only the main guide and the transformer guide
+    write their models, their lessons (checked equal to guide_helpers above)."""
+    lessons = {
+        "scale_up_a_flax_model": {"DotReluDot", "MLP", "LogicalDotReluDot", "LogicalMLP"},
+        "transformer": TRANSFORMER_LESSON,
+    }
+    allowed = lessons.get(name, set())
     shared = shared_definitions()
     in_guide = definitions(python_of(jupytext.read(DOCS / f"{name}.md")))
     copied = sorted(
