@@ -72,6 +72,8 @@ class Collective(NamedTuple):
     per_step: int  # times it runs per call of the compiled function
     operand: str  # the argument of the step it applies to directly, if any ("" otherwise)
     op_name: str  # the JAX operation it was made from (XLA's metadata)
+    # the devices (partition ids) of each group; a collective-permute's (source, target) pairs
+    device_groups: tuple = ()
 
     @property
     def direction(self):
@@ -180,6 +182,55 @@ def group_size(attrs, devices=None):
     raise ValueError(f"no replica groups in {attrs[:200]!r}")
 
 
+def _iota(dims, perm=None):
+    """Device ids as XLA's iota notation writes them: `[2,8]T(1,0)` is arange(16) laid out as
+    2 x 8, then transposed; the result is flat, in the transposed order."""
+    import numpy as np
+
+    ids = np.arange(math.prod(dims)).reshape(dims)
+    return ids.transpose(perm) if perm else ids
+
+
+def _ints(text):
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def device_groups(attrs, devices=None):
+    """The device groups of a collective's attributes, as tuples of partition ids, in any of
+    the notations XLA prints (explicit lists, iota `[4,2]<=[2,4]T(1,0)`, `mesh[...] {axes}`,
+    `{}` for every device); a collective-permute's source_target_pairs as (source, target)."""
+    if pairs := re.search(r"source_target_pairs=\{(\{[\d,{}]*\})\}", attrs):
+        return tuple(tuple(_ints(p)) for p in re.findall(r"\{([\d,]*)\}", pairs[1]))
+    if re.search(r"replica_groups=\{\}", attrs):
+        if devices is None:
+            raise ValueError("replica_groups={} needs the module's device count")
+        return (tuple(range(devices)),)
+    if groups := re.search(r"replica_groups=\{((?:\{[\d,]*\},?)+)\}", attrs):
+        return tuple(tuple(_ints(g)) for g in re.findall(r"\{([\d,]*)\}", groups[1]))
+    iota = re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", attrs)
+    if iota:
+        ids = _iota(_ints(iota[3]), _ints(iota[4]) if iota[4] else None)
+        return tuple(tuple(int(d) for d in g) for g in ids.reshape(int(iota[1]), int(iota[2])))
+    mesh = re.search(
+        r"replica_groups=mesh\[([^\]]*)\](?:, device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?"
+        r" \{([^}]*)\}",
+        attrs,
+    )
+    if mesh:
+        sizes = dict((a, int(n)) for a, n in re.findall(r"'(\w+)'=(\d+)", mesh[1]))
+        names, shape = list(sizes), list(sizes.values())
+        if mesh[2]:
+            ids = _iota(_ints(mesh[2]), _ints(mesh[3]) if mesh[3] else None).reshape(shape)
+        else:
+            ids = _iota(shape)
+        axes = [names.index(a) for a in re.findall(r"'(\w+)'", mesh[4])]
+        rest = [i for i in range(len(names)) if i not in axes]
+        size = math.prod(shape[i] for i in axes)
+        grouped = ids.transpose(rest + axes).reshape(-1, size)
+        return tuple(tuple(int(d) for d in g) for g in grouped)
+    raise ValueError(f"no device groups XLA's notations describe in {attrs[:200]!r}")
+
+
 def _groups_text(attrs):
     groups = re.search(r"(?:replica_groups|source_target_pairs)=(.+?)(?=, [a-z_]+=|$)", attrs)
     return groups[1] if groups else ""
@@ -228,6 +279,7 @@ def collectives(compiled):
                 per_step=runs[ins.computation],
                 operand=_op_name(of_argument) if of_argument else "",
                 op_name=_op_name(ins, default=""),
+                device_groups=device_groups(ins.attrs, devices),
             )
         )
     return found

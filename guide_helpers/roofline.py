@@ -26,6 +26,7 @@ bandwidth. Some sources print bandwidth as both directions added up, and NVIDIA 
 FLOP/s with sparsity: each `Chip.notes` says what the source printed and how it was converted.
 """
 
+import collections
 import math
 from dataclasses import dataclass, replace
 
@@ -379,3 +380,58 @@ def cross_node_data_parallel_threshold(node, nodes=None, bytes_per_param=2) -> f
 def with_link_bandwidth(chip, bandwidth):
     """The chip with another per-link bandwidth (a measured one, say)."""
     return replace(chip, link_bandwidth=bandwidth)
+
+
+# Collectives on their own links. A device of a multi-node mesh reaches the devices of its own
+# node over NVLink and every other one over the network. Which link a collective uses follows
+# from its device groups (`compiled.Collective.device_groups`) and the node of each device.
+
+
+def nodes_of(mesh, node_size):
+    """The node of each partition id of a program compiled for `mesh`: partition i runs on
+    mesh.devices.flat[i], and devices 0..node_size-1 make node 0, the next node_size node 1."""
+    return [int(d.id) // node_size for d in mesh.devices.flat]
+
+
+def link_seconds(c, node, node_of):
+    """({"NVLink": bytes, "network": bytes} each device sends, seconds) of one run of a
+    collective `c`, as multi-node libraries run it on `node`'s chips.
+
+    A group inside one node is a ring over NVLink. A group that spans m nodes, k devices on each,
+    runs hierarchically: a ring of the k inside each node over NVLink, and a ring of the m nodes
+    over the network that carries 1/k of the array per device (every device over its own NIC);
+    the two phases pipeline over chunks, so the collective takes the longer. A
+    collective-permute sends its array once, over the network if a pair crosses nodes.
+    """
+    from guide_helpers.compiled import RING_PASSES, ring
+
+    if c.kind == "collective-permute":
+        moving = [(s, t) for s, t in c.device_groups if s != t]
+        crossing = any(node_of[s] != node_of[t] for s, t in moving)
+        sent = c.nbytes if moving else 0
+        link = "network" if crossing else "NVLink"
+        bandwidth = node.chip.network_bandwidth if crossing else node.bandwidth()
+        return {link: sent}, sent / bandwidth
+    whole = c.nbytes * c.group if c.kind == "reduce-scatter" else c.nbytes
+    passes = RING_PASSES[c.kind]
+    group = c.device_groups[0]
+    per_node = collections.Counter(node_of[d] for d in group)
+    k, m = max(per_node.values()), len(per_node)
+    if len(set(per_node.values())) > 1:
+        raise ValueError(f"a group with unequal devices per node: {group}")
+    inside = ring(k, whole, passes)
+    across = ring(m, whole / k, passes) if m > 1 else 0.0
+    seconds = max(inside / node.bandwidth(), across / node.chip.network_bandwidth)
+    return {"NVLink": inside, "network": across}, seconds
+
+
+def per_link(rows, node, node_of):
+    """({"NVLink": bytes, "network": bytes} each device sends per step, seconds per step) of
+    a program's collectives, each on its own links (`link_seconds`), one after another."""
+    sent, seconds = {"NVLink": 0.0, "network": 0.0}, 0.0
+    for c in rows:
+        by_link, t = link_seconds(c, node, node_of)
+        for link, nbytes in by_link.items():
+            sent[link] += c.per_step * nbytes
+        seconds += c.per_step * t
+    return sent, seconds

@@ -1,0 +1,287 @@
+"""A training plan's memory, FLOPs, bytes per link and step time, from formulas.
+
+The plan page (docs/plan_an_8b_model.md) compiles the site's transformer at the shapes of an 8B
+model and reads each figure from the program; this module predicts the same figures by hand, so
+that a reader can price a model of their own without compiling it, and the page checks the two
+against each other. Everything is per device and per train step.
+
+- `Config`: the transformer's shapes (`guide_helpers.transformer`), the global batch and the
+  sequence length; `LLAMA_8B_LIKE` is the page's model.
+- `Layout`: how the mesh splits the weights, the batch and the activations, on nodes of
+  `node_size` devices.
+- `memory(...)`: bytes per device, part by part (state, gradients, saved activations, the
+  attention scores and the logits of the one layer or loss being differentiated).
+- `flops(...)`: matrix-product FLOPs per device, with what each remat policy recomputes.
+- `traffic(...)`: bytes each device sends over NVLink and over the network.
+- `estimate(...)`: all of it, and the roofline `StepTime` on a chip.
+
+Mixed precision throughout: f32 master weights and f32 Adam moments (12 bytes per parameter),
+a bf16 copy of the weights for the matrix products, f32 gradient accumulators.
+"""
+
+import math
+from dataclasses import dataclass
+
+from guide_helpers.compiled import ring
+from guide_helpers.roofline import StepTime
+
+REMAT = ("none", "dots", "block")  # jax.checkpoint of nothing, of each block, dots saveable
+STATE_BYTES = 4 + 4 + 4  # per parameter: f32 master weights, f32 Adam mu and nu
+# per parameter, during the step: the f32 gradient accumulator, one micro-batch's f32
+# gradient, and the bf16 copy of the weights the matrix products read
+GRADIENT_BYTES = 4 + 4 + 2
+# per attention score, in the one layer being differentiated, with attention that materializes
+# its scores (XLA's on CPU): the causal mask (1 byte), scores and their exponentials (f32, 4
+# each), the bf16 probabilities (2), and the f32 gradient of the scores (4)
+SCORE_BYTES = 1 + 4 + 4 + 2 + 4
+# per logit, in the loss: bf16 logits (2); f32 logits, log-probabilities and their gradient (4
+# each)
+LOGIT_BYTES = 2 + 4 + 4 + 4
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab: int
+    embed: int
+    heads: int
+    hidden: int
+    layers: int
+    seq: int
+    batch: int  # sequences per step, all devices together
+
+    @property
+    def block_matrices(self):
+        """Weights of a block's matrices: Wqkv 3 E^2, Wo E^2, W1 and W2 E F each."""
+        return 4 * self.embed**2 + 2 * self.embed * self.hidden
+
+    @property
+    def replicated(self):
+        """The RMSNorm scales, 2 per block and 1 final: never split (no logical axis)."""
+        return (2 * self.layers + 1) * self.embed
+
+    @property
+    def params(self):
+        return 2 * self.vocab * self.embed + self.layers * self.block_matrices + self.replicated
+
+    @property
+    def matmul_params(self):
+        """Weights a token's forward pass multiplies by: all but the table (a lookup) and norms."""
+        return self.params - self.vocab * self.embed - self.replicated
+
+
+# The page's model: Llama 3 8B's width, depth, heads, vocabulary and sequence, with the gated MLP's
+# 3 x 4096 x 14336 weights as the site's 2-matrix MLP of 21504 (= 1.5 x 14336) hidden units.
+LLAMA_8B_LIKE = Config(
+    vocab=128256, embed=4096, heads=32, hidden=21504, layers=32, seq=8192, batch=256
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    devices: int  # in the mesh
+    node_size: int  # devices per node
+    param_shards: int  # devices that each weight matrix is split over (its FSDP x tensor group)
+    fsdp_nodes: int  # nodes the FSDP part of that group spans (1: inside a node)
+    tensor: int  # devices that split heads, hidden units and the vocabulary (1: none)
+    batch_shards: int  # devices that split the batch
+    # the gradients' cross-node reduction: once per step (True), or per micro-batch
+    deferred: bool = False
+
+    @property
+    def fsdp(self):
+        return self.param_shards // self.tensor
+
+
+def layouts(nodes=2, node_size=8):
+    """The page's three layouts on `nodes` nodes of `node_size` devices."""
+    n = nodes * node_size
+    return {
+        "FSDP": Layout("FSDP", n, node_size, n, nodes, 1, n),
+        "HSDP": Layout("HSDP", n, node_size, node_size, 1, 1, n, deferred=True),
+        "TP x FSDP": Layout("TP x FSDP", n, node_size, n, nodes, node_size, nodes),
+    }
+
+
+def sequences_per_device(config, layout, micro_batches):
+    """Sequences in each device's share of one micro-batch (a tensor group shares them)."""
+    per_step, extra = divmod(config.batch, micro_batches * layout.batch_shards)
+    if extra or not per_step:
+        raise ValueError(
+            f"{config.batch} sequences do not split into {micro_batches} micro-batches over "
+            f"{layout.batch_shards} batch shards; choose micro_batches dividing "
+            f"{config.batch // layout.batch_shards}"
+        )
+    return per_step
+
+
+def params_per_device(config, layout):
+    return (config.params - config.replicated) / layout.param_shards + config.replicated
+
+
+def saved_per_layer(config, layout, b, remat, flash=False):
+    """Bytes a layer saves for the backward pass, per device (b sequences of `seq` tokens).
+
+    - "block": only the block's input, x[b, seq, embed] in bf16; the rest is recomputed.
+    - "dots": x and the outputs of the matrix products with no batch dimension: qkv (3 E),
+      attention's output projection (E) and W1's (F), in bf16; W2's output only feeds a sum.
+    - "none": everything `jax.ad_checkpoint.print_saved_residuals` lists for one block: f32
+      copies of the norms' work (6 E), bf16 activations (6 E) and MLP values (6 F) per token,
+      and 11 bytes per attention score (mask, scores, exponentials, probabilities); with
+      `flash`, an attention kernel that saves no scores, only each row's f32 log-sum-exp.
+    """
+    E, F, S, t = config.embed, config.hidden, config.seq, layout.tensor
+    if remat == "block":
+        return 2 * b * S * E
+    if remat == "dots":
+        return 2 * b * S * (E + 3 * E // t + E + F // t)
+    if remat == "none":
+        per_token = 6 * 4 * E + 6 * 2 * E + 6 * 2 * F // t
+        scores = 4 * S if flash else 11 * S * S  # per head and query
+        return b * S * per_token + b * config.heads // t * scores
+    raise ValueError(f"remat must be one of {REMAT}, not {remat!r}")
+
+
+def memory(config, layout, micro_batches, remat, flash=False):
+    """Bytes per device, part by part. `flash=True` drops the attention scores: an attention
+    kernel that never materializes them (a GPU's flash attention) holds O(seq) instead."""
+    b = sequences_per_device(config, layout, micro_batches)
+    p, S, t = params_per_device(config, layout), config.seq, layout.tensor
+    scores = 0 if flash else SCORE_BYTES * b * config.heads // t * S * S
+    return {
+        "state": STATE_BYTES * p,
+        "tokens": 4 * micro_batches * b * (S + 1),
+        "gradients": GRADIENT_BYTES * p,
+        "saved activations": config.layers * saved_per_layer(config, layout, b, remat, flash),
+        "attention scores": scores,
+        "logits": LOGIT_BYTES * b * S * config.vocab // t,
+    }
+
+
+def flops(config, layout, remat):
+    """Matrix-product FLOPs per device per step.
+
+    Forward 2 and backward 4 FLOPs per matrix weight and token, and attention's two products
+    (q k^T and p v) over the whole seq x seq square (XLA computes the masked half too):
+    4 E S FLOPs per token and layer forward, twice that backward. Remat adds what it
+    recomputes: "dots" the attention products (saved only without batch dimensions); "block"
+    every forward product but W2's, whose output the backward pass does not need.
+    """
+    E, F, S, L = config.embed, config.hidden, config.seq, config.layers
+    tokens = config.batch * S / layout.devices
+    attention = 4 * L * E * S * tokens  # one forward pass of attention's products
+    base = 6 * config.matmul_params * tokens + 3 * attention
+    extra = {
+        "none": 0,
+        "dots": attention,
+        "block": 2 * L * (4 * E * E + E * F) * tokens + attention,
+    }[remat]
+    return base + extra
+
+
+def model_flops(config, layout):
+    """The FLOPs utilization counts: no remat, and attention's causal half only."""
+    return flops(config, layout, "none") - 1.5 * 4 * config.layers * config.embed * config.seq * (
+        config.batch * config.seq / layout.devices
+    )
+
+
+def traffic(config, layout, micro_batches, remat, wire=2, reduce_passes=1):
+    """Bytes each device sends per step over {"NVLink", "network"}, as rings.
+
+    Per micro-batch, the FSDP group all-gathers the weights forward and again backward and
+    reduces the gradients (`reduce_passes`: 1, a reduce-scatter; 2, an all-reduce as XLA's CPU
+    backend emits). A group spanning nodes runs hierarchically (`roofline.link_seconds`): the
+    network carries 1/k of each array per device. A deferred (HSDP) step all-reduces the f32
+    gradient shard across nodes once. Tensor parallelism all-reduces x[b, seq, embed] twice per
+    block forward and twice backward, and twice more where remat recomputes the forward.
+    `wire` is the bytes of a value on the wire: 2 for bf16, 4 for the f32 XLA's CPU sends.
+    """
+    sharded = (config.params - config.replicated) / layout.tensor  # the FSDP group's whole array
+    k = layout.fsdp // layout.fsdp_nodes  # FSDP devices per node
+    m = layout.fsdp_nodes
+    passes = 2 + reduce_passes  # two all-gathers and the reduction
+    per_micro = {
+        "NVLink": ring(k, wire * sharded, passes) if k > 1 else 0.0,
+        "network": ring(m, wire * sharded / k, passes) if m > 1 else 0.0,
+    }
+    sent = {link: micro_batches * n for link, n in per_micro.items()}
+    if layout.deferred:
+        nodes = layout.devices // layout.node_size
+        sent["network"] += ring(nodes, 4 * sharded / layout.fsdp, 2)
+    if layout.tensor > 1:
+        b = sequences_per_device(config, layout, micro_batches)
+        x = wire * b * config.seq * config.embed
+        per_block = 4 + (2 if remat != "none" else 0)
+        runs = micro_batches * config.layers * per_block
+        sent["NVLink"] += runs * ring(layout.tensor, x, 2)
+    return sent
+
+
+@dataclass(frozen=True)
+class Estimate:
+    memory: dict  # bytes per device, part by part
+    flops: float  # matrix-product FLOPs per device per step
+    model_flops: float  # the FLOPs an MFU counts (no remat, causal attention)
+    sent: dict  # bytes per device per step, {"NVLink": ..., "network": ...}
+    time: StepTime
+    tokens: int  # per step, all devices
+
+    @property
+    def peak(self):
+        return sum(self.memory.values())
+
+    def fits(self, chip, headroom=0.0):
+        """True if the peak leaves at least `headroom` (a fraction) of the chip's HBM free."""
+        return self.peak <= (1 - headroom) * chip.hbm_bytes
+
+    def tokens_per_second(self, seconds):
+        return self.tokens / seconds
+
+    def mfu(self, seconds, chip):
+        """Model FLOPs utilization of a step that takes `seconds`."""
+        return self.model_flops / (seconds * chip.flops)
+
+
+def estimate(config, layout, chip, micro_batches, remat, flash=True, wire=2, reduce_passes=1):
+    """Memory, FLOPs, bytes per link and the roofline step time of a plan on `chip`.
+
+    Communication time is each link's bytes over its bandwidth (NVLink, or the chip's share of
+    the network), the two links working at once: the step waits for the slower.
+    """
+    sent = traffic(config, layout, micro_batches, remat, wire, reduce_passes)
+    seconds = max(sent["NVLink"] / chip.link_bandwidth, sent["network"] / chip.network_bandwidth)
+    work = flops(config, layout, remat)
+    return Estimate(
+        memory=memory(config, layout, micro_batches, remat, flash),
+        flops=work,
+        model_flops=model_flops(config, layout),
+        sent=sent,
+        time=StepTime(compute=work / chip.flops, communication=seconds),
+        tokens=config.batch * config.seq,
+    )
+
+
+def fix(config, layout, chip, micro_batches, remat, headroom=0.1):
+    """The cheapest change that makes a plan fit with `headroom`, as (micro-batches, remat,
+    layout), or None if nothing here does. Tried in the order of what they cost: more
+    micro-batches (smaller matrix products, same FLOPs), then a remat policy that recomputes more
+    ("dots", then "block": more FLOPs), then the state sharded over every device (FSDP across
+    nodes: weights over the network every micro-batch)."""
+    whole = Layout(
+        "FSDP over all devices", layout.devices, layout.node_size, layout.devices,
+        math.ceil(layout.devices / layout.node_size), layout.tensor, layout.batch_shards,
+    )  # fmt: skip
+    per_device = config.batch // layout.batch_shards
+    first = min(micro_batches, per_device)  # fewer devices' shares than asked: one sequence each
+    counts = [d for d in range(first, per_device + 1) if per_device % d == 0]
+    policies = REMAT[REMAT.index(remat) :] if remat != "block" else ("block",)
+    policies = sorted(policies, key=("none", "dots", "block").index)
+    candidates = [layout] + ([whole] if layout.param_shards < layout.devices else [])
+    for candidate in candidates:
+        for policy in policies:
+            for count in counts:
+                e = estimate(config, candidate, chip, count, policy)
+                if e.fits(chip, headroom):
+                    return count, policy, candidate.name
+    return None

@@ -1,0 +1,210 @@
+"""guide_helpers.plan and the links of multi-node collectives, by hand and on real programs.
+
+The device groups and their links are read from programs compiled here on 8 emulated CPU
+devices, taken as 2 "nodes" of 4; the estimator's formulas are checked by hand arithmetic.
+"""
+
+import dataclasses
+
+import jax
+import pytest
+
+from guide_helpers import compiled as gc
+from guide_helpers import plan, roofline
+from guide_helpers.compiled import Collective
+
+jax.config.update("jax_num_cpu_devices", 8)  # before JAX starts its backend, as in the guides
+
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import AxisType, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+GPU = dataclasses.replace(
+    roofline.CHIPS["H100 SXM"], link_bandwidth=400e9, network_bandwidth=50e9
+)  # round figures
+NODE = roofline.Slice(GPU, (4,))
+
+
+@pytest.mark.parametrize(
+    "attrs, groups",
+    [
+        ("replica_groups={{0,1},{2,3}}, to_apply=%add", ((0, 1), (2, 3))),
+        ("replica_groups=[2,2]<=[4], dimensions={0}", ((0, 1), (2, 3))),
+        ("replica_groups=[2,2]<=[2,2]T(1,0), dimensions={0}", ((0, 2), (1, 3))),
+        ("replica_groups={}, to_apply=%add", ((0, 1, 2, 3),)),
+        (
+            "replica_groups=mesh['a'=2,'b'=2], device_ids=([2,2]T(1,0)) {'b'}, dimensions={1}",
+            ((0, 2), (1, 3)),
+        ),
+        ("replica_groups=mesh['a'=2,'b'=2] {'a'}, to_apply=%add", ((0, 2), (1, 3))),
+        ("source_target_pairs={{0,1},{1,0}}, metadata={}", ((0, 1), (1, 0))),
+    ],
+)
+def test_device_groups_read_every_notation(attrs, groups):
+    assert gc.device_groups(attrs, devices=4) == groups
+
+
+def test_device_groups_refuse_what_they_cannot_read():
+    with pytest.raises(ValueError, match="no device groups"):
+        gc.device_groups("dimensions={0}")
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """A 2 x 4 mesh, ('node', 'gpu'): devices 0-3 on node 0, 4-7 on node 1."""
+    return jax.make_mesh((2, 4), ("node", "gpu"), (AxisType.Auto,) * 2)
+
+
+def summed_over(mesh, axis):
+    """A compiled sum over one mesh axis of an f32[8, 1024] split over both axes."""
+    split = NamedSharding(mesh, P("node", "gpu"))
+    x = jax.ShapeDtypeStruct((8, 1024), jnp.float32, sharding=split)
+    axis_of = {"node": 0, "gpu": 1}[axis]
+    out = NamedSharding(mesh, P(*(None if a == axis else a for a in ("node", "gpu"))))
+    return jax.jit(lambda x: x.sum(axis_of, keepdims=True), out_shardings=out).lower(x).compile()
+
+
+def test_a_program_s_groups_decide_its_link(two_nodes):
+    node_of = roofline.nodes_of(two_nodes, node_size=4)
+    assert node_of == [0, 0, 0, 0, 1, 1, 1, 1]
+    for axis, link in (("gpu", "NVLink"), ("node", "network")):
+        (c,) = gc.collectives(summed_over(two_nodes, axis))
+        assert c.kind == "all-reduce" and len(c.device_groups) == {"gpu": 2, "node": 4}[axis]
+        sent, _ = roofline.per_link([c], NODE, node_of)
+        assert sent[link] > 0 and sent[{"NVLink": "network", "network": "NVLink"}[link]] == 0
+
+
+def collective(kind, nbytes, groups, per_step=1):
+    return Collective(kind, "f32[]", nbytes, len(groups[0]), "", "loop", per_step, "", "", groups)
+
+
+def test_link_seconds_inside_a_node_across_and_hierarchical_by_hand():
+    node_of = [0, 0, 0, 0, 1, 1, 1, 1]
+    inside = collective("all-gather", 8e9, ((0, 1, 2, 3), (4, 5, 6, 7)))
+    assert roofline.link_seconds(inside, NODE, node_of) == (
+        {"NVLink": 6e9, "network": 0.0}, 6e9 / 400e9
+    )  # fmt: skip
+    pairs = collective("all-reduce", 8e9, ((0, 4), (1, 5), (2, 6), (3, 7)))
+    assert roofline.link_seconds(pairs, NODE, node_of) == (
+        {"NVLink": 0.0, "network": 8e9}, 8e9 / 50e9
+    )  # fmt: skip
+    # 8 devices, 4 on each node: 3/4 of the array over NVLink, 1/2 of a quarter over the network
+    everyone = collective("all-gather", 8e9, ((0, 1, 2, 3, 4, 5, 6, 7),))
+    sent, seconds = roofline.link_seconds(everyone, NODE, node_of)
+    assert sent == {"NVLink": 6e9, "network": 1e9}
+    assert seconds == max(6e9 / 400e9, 1e9 / 50e9)  # the phases pipelined: the longer one
+    permute = Collective("collective-permute", "f32[]", 1e9, 2, "", "loop", 1, "", "",
+                         ((0, 0), (1, 5), (5, 1)))  # fmt: skip
+    assert roofline.link_seconds(permute, NODE, node_of) == ({"network": 1e9}, 1e9 / 50e9)
+
+
+def test_per_link_counts_each_run_and_refuses_uneven_groups():
+    node_of = [0, 0, 0, 0, 1, 1, 1, 1]
+    rows = [collective("all-reduce", 4e9, ((0, 4), (1, 5), (2, 6), (3, 7)), per_step=3)]
+    assert roofline.per_link(rows, NODE, node_of) == ({"NVLink": 0.0, "network": 12e9}, 0.24)
+    with pytest.raises(ValueError, match="unequal"):
+        roofline.link_seconds(collective("all-gather", 1e9, ((0, 1, 4),)), NODE, node_of)
+
+
+# A model whose every figure is easy by hand: E 4, F 8, 2 layers, vocabulary 16, 4 heads.
+TINY = plan.Config(vocab=16, embed=4, heads=4, hidden=8, layers=2, seq=8, batch=16)
+TWO_NODES = plan.layouts(nodes=2, node_size=4)
+
+
+def test_parameter_counts_by_hand():
+    assert TINY.block_matrices == 4 * 16 + 2 * 32 == 128
+    assert TINY.replicated == 5 * 4
+    assert TINY.params == 2 * 64 + 2 * 128 + 20 == 404
+    assert TINY.matmul_params == 404 - 64 - 20
+    assert plan.LLAMA_8B_LIKE.params == 8_835_567_616
+
+
+def test_layouts_split_what_they_say():
+    fsdp, hsdp, tp = TWO_NODES["FSDP"], TWO_NODES["HSDP"], TWO_NODES["TP x FSDP"]
+    assert (fsdp.param_shards, fsdp.fsdp_nodes, fsdp.batch_shards) == (8, 2, 8)
+    assert (hsdp.param_shards, hsdp.fsdp_nodes, hsdp.deferred) == (4, 1, True)
+    assert (tp.tensor, tp.fsdp, tp.batch_shards) == (4, 2, 2)
+
+
+def test_memory_parts_by_hand():
+    hsdp = TWO_NODES["HSDP"]
+    parts = plan.memory(TINY, hsdp, micro_batches=2, remat="block")
+    per_device = (404 - 20) / 4 + 20  # matrices over a node's 4 devices, norms whole
+    assert parts == {
+        "state": 12 * per_device,
+        "tokens": 4 * 2 * 1 * 9,  # 16 sequences over 2 micro-batches and 8 devices: 1 each
+        "gradients": 10 * per_device,
+        "saved activations": 2 * (2 * 1 * 8 * 4),  # layers x x[1, seq, embed] in bf16
+        "attention scores": 15 * 1 * 4 * 8 * 8,
+        "logits": 14 * 1 * 8 * 16,
+    }
+    assert plan.memory(TINY, hsdp, 2, "block", flash=True)["attention scores"] == 0
+    dots = plan.saved_per_layer(TINY, hsdp, 1, "dots")
+    assert dots == 2 * 8 * (4 + 12 + 4 + 8)
+    assert plan.saved_per_layer(TINY, hsdp, 1, "none", flash=True) < plan.saved_per_layer(
+        TINY, hsdp, 1, "none"
+    )
+
+
+def test_a_batch_that_does_not_split_is_named():
+    with pytest.raises(ValueError, match="micro_batches dividing 2"):
+        plan.memory(TINY, TWO_NODES["HSDP"], micro_batches=3, remat="block")
+    with pytest.raises(ValueError, match="remat must be one of"):
+        plan.saved_per_layer(TINY, TWO_NODES["HSDP"], 1, "everything")
+
+
+def test_flops_by_hand():
+    hsdp = TWO_NODES["HSDP"]
+    tokens = 16 * 8 / 8
+    attention = 4 * 2 * 4 * 8 * tokens
+    none = 6 * (404 - 64 - 20) * tokens + 3 * attention
+    assert plan.flops(TINY, hsdp, "none") == none
+    assert plan.flops(TINY, hsdp, "dots") == none + attention
+    assert plan.flops(TINY, hsdp, "block") == none + 2 * 2 * (4 * 16 + 32) * tokens + attention
+    assert plan.model_flops(TINY, hsdp) == none - 1.5 * attention
+
+
+def test_traffic_by_hand():
+    sharded = 404 - 20
+    hsdp = plan.traffic(TINY, TWO_NODES["HSDP"], 2, "block")
+    # per micro-batch, 3 ring passes of the bf16 weights over 4; once, the f32 shard over 2 nodes
+    assert hsdp == {"NVLink": 2 * 3 * 0.75 * 2 * sharded, "network": 2 * 0.5 * 4 * sharded / 4}
+    fsdp = plan.traffic(TINY, TWO_NODES["FSDP"], 2, "block")
+    assert fsdp["network"] == 2 * 3 * 0.5 * 2 * sharded / 4  # 1/4 of each array crosses
+    cpu = plan.traffic(TINY, TWO_NODES["FSDP"], 2, "block", wire=4, reduce_passes=2)
+    assert cpu["NVLink"] == 2 * 4 * 0.75 * 4 * sharded
+    tp = plan.traffic(TINY, TWO_NODES["TP x FSDP"], 2, "block")
+    x = 2 * 4 * 8 * 4  # x[4 sequences, seq, embed] in bf16 per all-reduce
+    weights = 2 * 3 * 0.5 * 2 * sharded / 4  # FSDP over the 2 nodes, one device of each
+    assert tp == {"NVLink": 2 * 2 * 6 * 2 * 0.75 * x, "network": weights}
+
+
+def test_estimate_prices_the_step_on_the_slower_link():
+    e = plan.estimate(TINY, TWO_NODES["FSDP"], GPU, 2, "block")
+    assert e.time.compute == plan.flops(TINY, TWO_NODES["FSDP"], "block") / GPU.flops
+    assert e.time.communication == max(
+        e.sent["NVLink"] / GPU.link_bandwidth, e.sent["network"] / GPU.network_bandwidth
+    )
+    assert e.peak == sum(e.memory.values()) and e.fits(GPU)
+    assert e.tokens_per_second(2.0) == 16 * 8 / 2
+    assert e.mfu(1.0, GPU) == e.model_flops / GPU.flops
+
+
+def test_the_8b_plan_fits_an_h100_and_the_naive_one_does_not():
+    layouts, h100 = plan.layouts(), roofline.CHIPS["H100 SXM"]
+    model = plan.LLAMA_8B_LIKE
+    assert not plan.estimate(model, layouts["FSDP"], h100, 1, "none").fits(h100)
+    assert plan.estimate(model, layouts["HSDP"], h100, 16, "block").fits(h100, headroom=0.4)
+    assert plan.fix(model, layouts["HSDP"], h100, 1, "none") == (16, "dots", "HSDP")
+    # 2 sequences per GPU: 13.3 GB state, 11.0 gradients, 4.3 saved, 29.4 logits: 58 of 72 GB
+    assert plan.fix(model, layouts["HSDP"], h100, 1, "block") == (8, "block", "HSDP")
+    too_small = dataclasses.replace(h100, hbm_bytes=40e9)
+    assert plan.fix(model, layouts["HSDP"], too_small, 16, "block") == (
+        16, "block", "FSDP over all devices"
+    )
+    big = dataclasses.replace(model, embed=8192, heads=64, hidden=43008, layers=80)
+    assert plan.fix(big, layouts["HSDP"], h100, 16, "block") is None
+    # 64 GPUs: 4 sequences each, so at most 4 micro-batches, the 16 asked for cannot be
+    assert plan.fix(big, plan.layouts(nodes=8)["HSDP"], h100, 16, "block") == (
+        4, "block", "FSDP over all devices"
+    )
