@@ -23,8 +23,11 @@ def _fix(devices, needed):
 
 
 @contextlib.contextmanager
-def require_devices(needed):
+def require_devices(needed, platform=None):
     """Run the device setting inside; afterwards, stop with what to do if there are too few.
+
+    `platform="cpu"` counts JAX's CPU devices, for a guide that compiles for them on any host
+    (a GPU host's default devices are its GPUs, however many CPU devices are emulated).
 
     `jax.config.update("jax_num_cpu_devices", n)` raises once JAX has started its backends
     with another count; that error, too, becomes the message that says how to recover.
@@ -34,10 +37,10 @@ def require_devices(needed):
     except RuntimeError as error:
         if "before backends are initialized" not in str(error):
             raise
-        found = len(jax.devices())
+        found = len(jax.devices(platform))
         message = f"This guide needs {needed} devices, found {found}. {RESTART}"
         raise RuntimeError(message) from error
-    devices = jax.devices()
+    devices = jax.devices(platform)
     if len(devices) < needed:
         message = f"This guide needs {needed} devices, found {len(devices)}. "
         raise RuntimeError(message + _fix(devices, needed))

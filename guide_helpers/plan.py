@@ -119,7 +119,7 @@ def params_per_device(config, layout):
     return (config.params - config.replicated) / layout.param_shards + config.replicated
 
 
-def saved_per_layer(config, layout, b, remat, flash=False):
+def activations_per_layer(config, layout, b, remat, flash=False):
     """Bytes a layer saves for the backward pass, per device (b sequences of `seq` tokens).
 
     - "block": only the block's input, x[b, seq, embed] in bf16; the rest is recomputed.
@@ -148,11 +148,12 @@ def memory(config, layout, micro_batches, remat, flash=False):
     b = sequences_per_device(config, layout, micro_batches)
     p, S, t = params_per_device(config, layout), config.seq, layout.tensor
     scores = 0 if flash else SCORE_BYTES * b * config.heads // t * S * S
+    saved = config.layers * activations_per_layer(config, layout, b, remat, flash)
     return {
         "state": STATE_BYTES * p,
         "tokens": 4 * micro_batches * b * (S + 1),
         "gradients": GRADIENT_BYTES * p,
-        "saved activations": config.layers * saved_per_layer(config, layout, b, remat, flash),
+        "saved activations": saved,
         "attention scores": scores,
         "logits": LOGIT_BYTES * b * S * config.vocab // t,
     }
@@ -191,11 +192,12 @@ def traffic(config, layout, micro_batches, remat, wire=2, reduce_passes=1):
 
     Per micro-batch, the FSDP group all-gathers the weights forward and again backward and
     reduces the gradients (`reduce_passes`: 1, a reduce-scatter; 2, an all-reduce as XLA's CPU
-    backend emits). A group spanning nodes runs hierarchically (`roofline.link_seconds`): the
-    network carries 1/k of each array per device. A deferred (HSDP) step all-reduces the f32
-    gradient shard across nodes once. Tensor parallelism all-reduces x[b, seq, embed] twice per
-    block forward and twice backward, and twice more where remat recomputes the forward.
-    `wire` is the bytes of a value on the wire: 2 for bf16, 4 for the f32 XLA's CPU sends.
+    backend emits). A group spanning nodes runs hierarchically
+    (`roofline.collective_on_links`): the network carries 1/k of each array per device. A
+    deferred (HSDP) step all-reduces the f32 gradient shard across nodes once. Tensor
+    parallelism all-reduces x[b, seq, embed] twice per block forward and twice backward, and
+    twice more where remat recomputes the forward. `wire` is the bytes of a value on the wire:
+    2 for bf16, 4 for the f32 XLA's CPU sends.
     """
     sharded = (config.params - config.replicated) / layout.tensor  # the FSDP group's whole array
     k = layout.fsdp // layout.fsdp_nodes  # FSDP devices per node

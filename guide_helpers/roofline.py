@@ -393,7 +393,7 @@ def nodes_of(mesh, node_size):
     return [int(d.id) // node_size for d in mesh.devices.flat]
 
 
-def link_seconds(c, node, node_of):
+def collective_on_links(c, node, node_of):
     """({"NVLink": bytes, "network": bytes} each device sends, seconds) of one run of a
     collective `c`, as multi-node libraries run it on `node`'s chips.
 
@@ -427,10 +427,10 @@ def link_seconds(c, node, node_of):
 
 def per_link(rows, node, node_of):
     """({"NVLink": bytes, "network": bytes} each device sends per step, seconds per step) of
-    a program's collectives, each on its own links (`link_seconds`), one after another."""
+    a program's collectives, each on its own links (`collective_on_links`), one after another."""
     sent, seconds = {"NVLink": 0.0, "network": 0.0}, 0.0
     for c in rows:
-        by_link, t = link_seconds(c, node, node_of)
+        by_link, t = collective_on_links(c, node, node_of)
         for link, nbytes in by_link.items():
             sent[link] += c.per_step * nbytes
         seconds += c.per_step * t

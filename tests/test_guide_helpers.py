@@ -214,9 +214,21 @@ def test_sent_per_device_is_the_ring_model():
 
 def test_require_devices_names_the_fix_for_too_few_accelerators(monkeypatch):
     one_gpu = [SimpleNamespace(platform="gpu")]
-    monkeypatch.setattr("guide_helpers.devices.jax.devices", lambda: one_gpu)
+    monkeypatch.setattr("guide_helpers.devices.jax.devices", lambda backend=None: one_gpu)
     with pytest.raises(RuntimeError, match=r"needs 8 devices, found 1\. This runtime has 1 GPU"):
         with require_devices(8):
+            pass
+
+
+def test_require_devices_on_cpu_counts_the_cpu_devices_of_a_gpu_host(monkeypatch, capsys):
+    gpu, cpu = SimpleNamespace(platform="gpu"), SimpleNamespace(platform="cpu")
+    host = {None: [gpu] * 8, "cpu": [cpu] * 16}
+    monkeypatch.setattr("guide_helpers.devices.jax.devices", lambda backend=None: host[backend])
+    with require_devices(16, platform="cpu"):
+        pass
+    assert capsys.readouterr().out == "16 devices, platform cpu\n"
+    with pytest.raises(RuntimeError, match=r"needs 16 devices, found 8\. This runtime has 8 GPU"):
+        with require_devices(16):
             pass
 
 

@@ -78,24 +78,24 @@ def collective(kind, nbytes, groups, per_step=1):
     return Collective(kind, "f32[]", nbytes, len(groups[0]), "", "loop", per_step, "", "", groups)
 
 
-def test_link_seconds_inside_a_node_across_and_hierarchical_by_hand():
+def test_collective_on_links_inside_a_node_across_and_hierarchical_by_hand():
     node_of = [0, 0, 0, 0, 1, 1, 1, 1]
     inside = collective("all-gather", 8e9, ((0, 1, 2, 3), (4, 5, 6, 7)))
-    assert roofline.link_seconds(inside, NODE, node_of) == (
+    assert roofline.collective_on_links(inside, NODE, node_of) == (
         {"NVLink": 6e9, "network": 0.0}, 6e9 / 400e9
     )  # fmt: skip
     pairs = collective("all-reduce", 8e9, ((0, 4), (1, 5), (2, 6), (3, 7)))
-    assert roofline.link_seconds(pairs, NODE, node_of) == (
+    assert roofline.collective_on_links(pairs, NODE, node_of) == (
         {"NVLink": 0.0, "network": 8e9}, 8e9 / 50e9
     )  # fmt: skip
     # 8 devices, 4 on each node: 3/4 of the array over NVLink, 1/2 of a quarter over the network
     everyone = collective("all-gather", 8e9, ((0, 1, 2, 3, 4, 5, 6, 7),))
-    sent, seconds = roofline.link_seconds(everyone, NODE, node_of)
+    sent, seconds = roofline.collective_on_links(everyone, NODE, node_of)
     assert sent == {"NVLink": 6e9, "network": 1e9}
     assert seconds == max(6e9 / 400e9, 1e9 / 50e9)  # the phases pipelined: the longer one
     permute = Collective("collective-permute", "f32[]", 1e9, 2, "", "loop", 1, "", "",
                          ((0, 0), (1, 5), (5, 1)))  # fmt: skip
-    assert roofline.link_seconds(permute, NODE, node_of) == ({"network": 1e9}, 1e9 / 50e9)
+    assert roofline.collective_on_links(permute, NODE, node_of) == ({"network": 1e9}, 1e9 / 50e9)
 
 
 def test_per_link_counts_each_run_and_refuses_uneven_groups():
@@ -103,7 +103,7 @@ def test_per_link_counts_each_run_and_refuses_uneven_groups():
     rows = [collective("all-reduce", 4e9, ((0, 4), (1, 5), (2, 6), (3, 7)), per_step=3)]
     assert roofline.per_link(rows, NODE, node_of) == ({"NVLink": 0.0, "network": 12e9}, 0.24)
     with pytest.raises(ValueError, match="unequal"):
-        roofline.link_seconds(collective("all-gather", 1e9, ((0, 1, 4),)), NODE, node_of)
+        roofline.collective_on_links(collective("all-gather", 1e9, ((0, 1, 4),)), NODE, node_of)
 
 
 # A model whose every figure is easy by hand: E 4, F 8, 2 layers, vocabulary 16, 4 heads.
@@ -139,18 +139,18 @@ def test_memory_parts_by_hand():
         "logits": 14 * 1 * 8 * 16,
     }
     assert plan.memory(TINY, hsdp, 2, "block", flash=True)["attention scores"] == 0
-    dots = plan.saved_per_layer(TINY, hsdp, 1, "dots")
+    dots = plan.activations_per_layer(TINY, hsdp, 1, "dots")
     assert dots == 2 * 8 * (4 + 12 + 4 + 8)
-    assert plan.saved_per_layer(TINY, hsdp, 1, "none", flash=True) < plan.saved_per_layer(
-        TINY, hsdp, 1, "none"
-    )
+    flash = plan.activations_per_layer(TINY, hsdp, 1, "none", flash=True)
+    assert flash == 1 * 8 * (6 * 4 * 4 + 6 * 2 * 4 + 6 * 2 * 8) + 4 * 4 * 8  # log-sum-exp per row
+    assert plan.activations_per_layer(TINY, hsdp, 1, "none") == flash - 4 * 4 * 8 + 11 * 4 * 8 * 8
 
 
 def test_a_batch_that_does_not_split_is_named():
     with pytest.raises(ValueError, match="micro_batches dividing 2"):
         plan.memory(TINY, TWO_NODES["HSDP"], micro_batches=3, remat="block")
     with pytest.raises(ValueError, match="remat must be one of"):
-        plan.saved_per_layer(TINY, TWO_NODES["HSDP"], 1, "everything")
+        plan.activations_per_layer(TINY, TWO_NODES["HSDP"], 1, "everything")
 
 
 def test_flops_by_hand():
@@ -200,11 +200,15 @@ def test_the_8b_plan_fits_an_h100_and_the_naive_one_does_not():
     assert plan.fix(model, layouts["HSDP"], h100, 1, "block") == (8, "block", "HSDP")
     too_small = dataclasses.replace(h100, hbm_bytes=40e9)
     assert plan.fix(model, layouts["HSDP"], too_small, 16, "block") == (
-        16, "block", "FSDP over all devices"
+        16,
+        "block",
+        "FSDP over all devices",
     )
     big = dataclasses.replace(model, embed=8192, heads=64, hidden=43008, layers=80)
     assert plan.fix(big, layouts["HSDP"], h100, 16, "block") is None
     # 64 GPUs: 4 sequences each, so at most 4 micro-batches, the 16 asked for cannot be
     assert plan.fix(big, plan.layouts(nodes=8)["HSDP"], h100, 16, "block") == (
-        4, "block", "FSDP over all devices"
+        4,
+        "block",
+        "FSDP over all devices",
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from conftest import DOCS, NOTEBOOKS, ROOT, conf, guide_names, run
-from shared_cells import SETUP_CELL, install_cell, pins  # tools/, on sys.path via conftest
+from shared_cells import install_cell, pins, setup_cell  # tools/, on sys.path via conftest
 
 IGNORE = "nbval-ignore-output"
 
@@ -72,8 +72,8 @@ def code_cells(name):
 
 @pytest.mark.parametrize("name", guide_names())
 def test_guide_opens_with_the_shared_install_and_setup_cells(name):
-    """Cell 1 installs (in Colab only), cell 2 asks for 8 devices before anything uses jax: both
-    as tools/shared_cells.py writes them (`make sync`), the same on every page."""
+    """Cell 1 installs (in Colab only), cell 2 asks for 8 devices (16 for the 8B plan) before
+    anything uses jax: both as tools/shared_cells.py writes them (`make sync`)."""
     install, setup, *_ = code_cells(name)
     assert install.source == install_cell(conf()), (
         f"{name}: cell 1 is not the Colab install cell tools/shared_cells.py writes (after "
@@ -82,8 +82,8 @@ def test_guide_opens_with_the_shared_install_and_setup_cells(name):
     assert install.metadata.get("tags") == ["hide-input"], (
         f"{name}: the Colab install cell is plumbing: tag it hide-input"
     )
-    assert setup.source == SETUP_CELL, (
-        f"{name}: cell 2 is not tools/shared_cells.py's SETUP_CELL (run `make sync`)"
+    assert setup.source == setup_cell(name), (
+        f"{name}: cell 2 is not tools/shared_cells.py's setup_cell (run `make sync`)"
     )
 
 

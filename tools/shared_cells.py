@@ -4,7 +4,8 @@
   must open notebooks/NAME.ipynb of the repository that conf.py's REPOSITORY_URL names.
 - The Colab install cell, the guide's first code cell: `install_cell()`, with the pins of
   requirements.txt and this repository's helper package, `"guide-helpers @ git+URL@BRANCH"`.
-- The device setup cell, the second: `SETUP_CELL`, 8 devices or a message that says what to do.
+- The device setup cell, the second: `setup_cell(name)`, 8 devices (or the count `DEVICES` gives
+  the guide) or a message that says what to do.
 
 A fork changes REPOSITORY_URL once and runs `make sync`; a new pin, the same. tests/test_site.py
 checks that every guide agrees.
@@ -33,6 +34,21 @@ from guide_helpers import require_devices
 
 with require_devices(8):  # too few devices: stop and say what to do
     jax.config.update("jax_num_cpu_devices", 8)  # on CPU: 8 emulated devices"""
+# Guides that need another count than 8: the 8B plan's two nodes of 8, CPU devices on any host
+# (it compiles for them), so that a host with 8 GPUs runs it unchanged.
+DEVICES = {"plan_an_8b_model": (16, "cpu")}
+
+
+def setup_cell(name):
+    """The device setup cell of the guide `name`: SETUP_CELL with its device count."""
+    if name not in DEVICES:
+        return SETUP_CELL
+    devices, platform = DEVICES[name]
+    return SETUP_CELL.replace("(8)", f'({devices}, platform="{platform}")').replace(
+        ", 8)  # on CPU: 8 emulated", f", {devices})  # on CPU: {devices} emulated"
+    )
+
+
 # The code cell that sets jax_num_cpu_devices: the body of its code-cell fence.
 SETUP = re.compile(
     r"(```\{code-cell\} ipython3\n)(import jax\n[^`]*?jax_num_cpu_devices[^`]*?)\n```"
@@ -106,7 +122,7 @@ def main():
             continue
         new = LINK.sub(lambda _: f"[Open in Colab]({conf['colab_url'](name)})", text, count=1)
         new = INSTALL.sub(lambda m: m[1] + cell + "\n```", new, count=1)
-        new = SETUP.sub(lambda m: m[1] + SETUP_CELL + "\n```", new, count=1)
+        new = SETUP.sub(lambda m: m[1] + setup_cell(name) + "\n```", new, count=1)
         if new != text:
             md.write_text(new)
             print(f"updated the shared cells of {md.relative_to(ROOT)}")
