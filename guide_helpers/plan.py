@@ -30,6 +30,9 @@ STATE_BYTES = 4 + 4 + 4  # per parameter: f32 master weights, f32 Adam mu and nu
 # per parameter, during the step: the f32 gradient accumulator, one micro-batch's f32
 # gradient, and the bf16 copy of the weights the matrix products read
 GRADIENT_BYTES = 4 + 4 + 2
+# per parameter, Adam's update once per step, in HBM: it reads the f32 master weight, mu, nu and
+# accumulated gradient and writes the weight, mu and nu back
+UPDATE_BYTES = 4 * 4 + 3 * 4
 # per attention score, in the one layer being differentiated, with attention that materializes
 # its scores (XLA's on CPU): the causal mask (1 byte), scores and their exponentials (f32, 4
 # each), the bf16 probabilities (2), and the f32 gradient of the scores (4)
@@ -249,7 +252,8 @@ def estimate(config, layout, chip, micro_batches, remat, flash=True, wire=2, red
     """Memory, FLOPs, bytes per link and the roofline step time of a plan on `chip`.
 
     Communication time is each link's bytes over its bandwidth (NVLink, or the chip's share of
-    the network), the two links working at once: the step waits for the slower.
+    the network), the two links working at once: the step waits for the slower. Adam's update
+    (`UPDATE_BYTES` per parameter of the device's shard) is priced at HBM speed.
     """
     sent = traffic(config, layout, micro_batches, remat, wire, reduce_passes)
     seconds = max(sent["NVLink"] / chip.link_bandwidth, sent["network"] / chip.network_bandwidth)
@@ -259,7 +263,11 @@ def estimate(config, layout, chip, micro_batches, remat, flash=True, wire=2, red
         flops=work,
         model_flops=model_flops(config, layout),
         sent=sent,
-        time=StepTime(compute=work / chip.flops, communication=seconds),
+        time=StepTime(
+            compute=work / chip.flops,
+            communication=seconds,
+            hbm=UPDATE_BYTES * params_per_device(config, layout) / chip.hbm_bandwidth,
+        ),
         tokens=config.batch * config.seq,
     )
 

@@ -185,6 +185,8 @@ def test_estimate_prices_the_step_on_the_slower_link():
     assert e.time.communication == max(
         e.sent["NVLink"] / GPU.link_bandwidth, e.sent["network"] / GPU.network_bandwidth
     )
+    update = 28 * ((404 - 20) / 8 + 20)  # read weight, mu, nu, gradient; write three back
+    assert e.time.hbm == update / GPU.hbm_bandwidth
     assert e.peak == sum(e.memory.values()) and e.fits(GPU)
     assert e.tokens_per_second(2.0) == 16 * 8 / 2
     assert e.mfu(1.0, GPU) == e.model_flops / GPU.flops
