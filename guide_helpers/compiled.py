@@ -33,7 +33,7 @@ COLLECTIVE_KINDS = (
     "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
 )  # fmt: skip
 DTYPE_BYTES = {
-    "pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+    "pred": 1, "bool": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
     "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8,
 }  # fmt: skip
 # Ring cost model: an all-reduce is a reduce-scatter then an all-gather, so it sends twice.

@@ -210,6 +210,7 @@ def test_sent_per_device_is_the_ring_model():
     assert gc.sent_per_device([row("reduce-scatter", 100, 8, 1)]) == 700
     assert gc.sent_per_device([row("collective-permute", 64, 2, 4)]) == 256
     assert gc.shape_bytes("(f32[2,3], bf16[4], pred[])") == 24 + 8 + 1
+    assert gc.shape_bytes("bool[2,4]") == 8  # JAX's name, as print_saved_residuals prints it
 
 
 def test_require_devices_names_the_fix_for_too_few_accelerators(monkeypatch):
