@@ -9,19 +9,25 @@ reductions), each a list of instructions. Everything here is read from that text
   elsewhere) and how many times it runs per step, following the loops' trip counts;
 - `per_step(rows)`: {(kind, bytes, group size): runs per step}, the form a formula predicts;
 - `sent_per_device(rows)`: bytes each device sends per step if every collective runs as a ring;
-- `matmul_flops(compiled)`: FLOPs of every matrix multiplication (`dot`) per step;
+- `products(compiled)`: every matrix product, its operand dtypes and what XLA fused with it;
+- `matmul_flops(compiled)`: FLOPs of every matrix product per step;
 - `trip_counts(compiled)`, `instruction_count(compiled)`, `memory(compiled)`.
 
 Where an instruction sits is decided by the computation it belongs to, not by its op name: XLA
 keeps an op's name when it moves (hoists) the op out of a loop, so "while/body" in a name does
 not mean the op runs in the loop.
 
-Tested on: XLA's CPU programs (every guide, and tests/test_guide_helpers.py), and on
-hand-written programs in the forms XLA's GPU backend prints: async collectives (`all-reduce-start`
-with only its result as shape, `all-gather-start` with (operand, result)), empty replica groups
-(`replica_groups={}`: every device of the module), and cuBLAS matrix products (`custom-call`s to
-`__cublas$gemm` and friends, read from their `backend_config`). Not read: a TPU program's matrix
-products, which are `convolution`s in fusions; use its `cost_analysis()` there.
+Tested on: XLA's CPU programs (every guide, and tests/test_guide_helpers.py); TPU programs that
+libtpu compiles here with no TPU attached (tests/test_tpu_programs.py, the tpu_compiler guide):
+tiled memory layouts in shapes (`{1,0:T(8,128)}`), loops with no known_trip_count (counted from
+their condition), async collectives as chains of fusions (a start, the compute fusions that run
+while it is in flight, a done; counted once, with `overlapped` matrix products), the
+`all-reduce-scatter` fusion that is the TPU's reduce-scatter, and matrix products as
+`convolution`s; and on hand-written programs in the forms XLA's GPU backend prints: async
+collectives (`all-reduce-start` with only its result as shape, `all-gather-start` with (operand,
+result)), empty replica groups (`replica_groups={}`: every device of the module), and cuBLAS
+matrix products (`custom-call`s to `__cublas$gemm` and friends, read from their
+`backend_config`).
 """
 
 import collections
@@ -50,6 +56,8 @@ _CALLS = re.compile(
     r"(\{[^}]*\}|%[\w.-]+)"
 )
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_CHAIN = re.compile(r'frontend_attributes=\{[^}]*\bchain_id="(\d+)"')
+_ASYNC_TARGETS = {"AsyncCollectiveStart", "AsyncCollectiveDone"}
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 
 
@@ -74,6 +82,8 @@ class Collective(NamedTuple):
     op_name: str  # the JAX operation it was made from (XLA's metadata)
     # the devices (partition ids) of each group; a collective-permute's (source, target) pairs
     device_groups: tuple = ()
+    asynchronous: bool = False  # started, then waited for later: other work may run meanwhile
+    overlapped: int = 0  # TPU: matrix products the program runs while it is in flight
 
     @property
     def direction(self):
@@ -83,7 +93,8 @@ class Collective(NamedTuple):
 
 
 def _strip_layout(shape):
-    return re.sub(r"\{[\d,]*\}", "", shape)
+    """An HLO shape without its memory layouts: `{1,0}` (CPU), `{1,0:T(8,128)S(1)}` (TPU)."""
+    return re.sub(r"(?<=\])\{[^{}]*\}", "", shape)
 
 
 def arrays(shape):
@@ -94,6 +105,30 @@ def arrays(shape):
 def shape_bytes(shape):
     """Bytes of an HLO shape such as "f32[8,256]" or "(f32[4], bf16[2,2])"."""
     return sum(DTYPE_BYTES[t] * math.prod(dims) for t, dims in arrays(shape))
+
+
+_TILED = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\](?:\{([\d,]*)(?::T\(([\d,]+)\))?[^}]*\})?")
+
+
+def tiled_bytes(shape):
+    """Bytes of an HLO shape in its memory layout: a TPU layout `{1,0:T(8,128)}` stores whole
+    tiles, each dimension the tile covers (minor to major) rounded up to the tile's size; a
+    scalar with `T(128)` takes 128 elements. Without tiles, `shape_bytes`."""
+    total = 0
+    for dtype, dims, minor_to_major, tile in _TILED.findall(shape):
+        dims = [int(d) for d in dims.split(",") if d] or [1]
+        order = [int(i) for i in minor_to_major.split(",") if i] or [0]
+        for dim, size in zip(order, reversed(_ints(tile))):
+            dims[dim] = -(-dims[dim] // size) * size
+        total += DTYPE_BYTES[dtype] * math.prod(dims)
+    return total
+
+
+def argument_shapes(compiled):
+    """The shapes, with their memory layouts, of a compiled function's arguments."""
+    program = parse(compiled if isinstance(compiled, str) else compiled.as_text())
+    entry = [i for i in program.instructions if i.computation == program.entry]
+    return [i.shape for i in entry if i.op == "parameter"]
 
 
 class Program(NamedTuple):
@@ -126,16 +161,41 @@ def parse(text):
     return Program(entry, instructions, dict(calls), trips)
 
 
-def _runs_per_step(program):
-    """{computation: times it runs per step}; a loop body runs its known trip count.
+def _trip_count(program, loop):
+    """A while loop's trip count: XLA's known_trip_count, else read from its condition, a
+    `counter < N` compare of a tuple element with a constant, counted from that element's
+    constant start (a TPU program states no known_trip_count). None if neither is there."""
+    if loop.name in program.trips:
+        return program.trips[loop.name]
+    condition = re.search(r"\bcondition=%([\w.-]+)", loop.attrs)[1]
+    named = {i.name: i for i in program.instructions if i.computation == condition}
+    for ins in named.values():
+        if ins.op != "compare" or "direction=LT" not in ins.attrs or len(ins.operands) != 2:
+            continue
+        counter, bound = (named.get(a) for a in ins.operands)
+        if not (counter and bound) or (counter.op, bound.op) != ("get-tuple-element", "constant"):
+            continue
+        index = int(re.search(r"index=(\d+)", counter.attrs)[1])
+        start = 0
+        init = next((i for i in program.instructions if i.name == loop.operands[0]), None)
+        if init is not None and init.op == "tuple":
+            first = next((i for i in program.instructions if i.name == init.operands[index]), None)
+            if first is not None and first.op == "constant":
+                start = int(first.operands[0])
+        return int(bound.operands[0]) - start
+    return None
 
-    A loop without a known trip count is counted once: its count is not in the program.
+
+def _runs_per_step(program):
+    """{computation: times it runs per step}; a loop body runs its trip count.
+
+    A loop whose trip count the program does not state is counted once.
     """
     trip_of_body = {}
     for ins in program.instructions:
-        if ins.op == "while" and ins.name in program.trips:
+        if ins.op == "while" and (trips := _trip_count(program, ins)) is not None:
             body = re.search(r"\bbody=%([\w.-]+)", ins.attrs)[1]
-            trip_of_body[body] = program.trips[ins.name]
+            trip_of_body[body] = trips
     runs = collections.Counter()
 
     def visit(computation, times):
@@ -254,14 +314,45 @@ def collectives(compiled):
         for ins in program.instructions
         if ins.op == "parameter" and ins.computation == program.entry
     }
+    caller, roots, targets = {}, {}, collections.defaultdict(set)
+    products = collections.Counter()  # matrix products (a TPU's `convolution`s) per computation
+    for ins in program.instructions:
+        for _, callees in _CALLS.findall(ins.attrs):
+            caller.update((c, ins) for c in re.findall(r"%([\w.-]+)", callees))
+        roots[ins.computation] = ins  # HLO prints a computation's ROOT last
+        if target := re.search(r'custom_call_target="(\w+)"', ins.attrs):
+            targets[ins.computation].add(target[1])
+        products[ins.computation] += ins.op in ("convolution", "dot")
+    # A TPU async collective is a chain (frontend attribute chain_id): a start fusion, the
+    # compute fusions that run while it is in flight, each holding a copy of it, and a done.
+    chains = collections.defaultdict(list)
+    for ins in program.instructions:
+        if ins.op in COLLECTIVE_KINDS and (chain := _CHAIN.search(ins.attrs)):
+            chains[chain[1]].append(ins.computation)
     found = []
     for ins in program.instructions:
         kind = ins.op.removesuffix("-start")
-        if kind not in COLLECTIVE_KINDS:
-            continue
+        chain = _CHAIN.search(ins.attrs)
+        if kind not in COLLECTIVE_KINDS or (
+            chain and "AsyncCollectiveStart" not in targets[ins.computation]
+        ):
+            continue  # not a collective, or a copy in its chain: counted once, at its start
+        overlapped = 0
+        if chain:
+            overlapped = sum(
+                products[c] for c in chains[chain[1]] if not targets[c] & _ASYNC_TARGETS
+            )
         # An async start's shape is (operand, result), but an all-reduce-start's is its result.
         async_pair = ins.op.endswith("-start") and kind != "all-reduce"
         shape = _strip_layout(_async_result(ins.shape) if async_pair else ins.shape)
+        if kind == "all-reduce" and ins.computation.startswith("all-reduce-scatter"):
+            # The TPU's reduce-scatter: a fusion of an all-reduce and the slice each device
+            # keeps; what it delivers is the fusion's result, the device's shard.
+            kind, shape = "reduce-scatter", _strip_layout(roots[ins.computation].shape)
+        asynchronous = ins.op.endswith("-start") or (
+            "AsyncCollectiveStart" in targets[ins.computation]
+        )
+        made_by = ins if _OP_NAME.search(ins.attrs) else caller.get(ins.computation, ins)
         where = (
             "loop" if ins.computation in in_loops
             else "entry" if ins.computation == program.entry
@@ -278,8 +369,10 @@ def collectives(compiled):
                 where=where,
                 per_step=runs[ins.computation],
                 operand=_op_name(of_argument) if of_argument else "",
-                op_name=_op_name(ins, default=""),
+                op_name=_op_name(made_by, default=""),
                 device_groups=device_groups(ins.attrs, devices),
+                asynchronous=asynchronous,
+                overlapped=overlapped,
             )
         )
     return found
@@ -349,29 +442,76 @@ _GEMM_TARGET = re.compile(r'custom_call_target="__cublas\$\w*gemm\w*"', re.I)
 _GEMM_CONTRACTING = re.compile(r'"lhs_contracting_dimensions":\[([^\]]*)\]')
 
 
-def _contracting(ins):
-    """The lhs contracting dimensions of a dot, or of a cuBLAS gemm's backend_config."""
+_DIM_LABELS = re.compile(r"dim_labels=([\w]+)_([\w]+)->([\w]+)")
+_WINDOW_SIZE = re.compile(r"window=\{size=([\dx]+)")
+
+
+def _contracted(ins, lhs):
+    """How many products each output element of a matrix product sums: the lhs contracting
+    dimensions of a dot or a cuBLAS gemm; a TPU `convolution`'s input features (`f` in its
+    dim_labels, such as `bf_io->bf`) times its window."""
+    if ins.op == "convolution":
+        labels = _DIM_LABELS.search(ins.attrs)[1]
+        window = _WINDOW_SIZE.search(ins.attrs)
+        size = math.prod(int(w) for w in window[1].split("x")) if window else 1
+        return size * math.prod(n for n, label in zip(lhs, labels) if label == "f")
     if ins.op == "dot":
-        return re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)[1]
-    return _GEMM_CONTRACTING.search(ins.attrs)[1].replace('"', "")
+        dims = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)[1]
+    else:
+        dims = _GEMM_CONTRACTING.search(ins.attrs)[1].replace('"', "")
+    return math.prod(lhs[int(d)] for d in dims.split(",") if d.strip())
 
 
-def matmul_flops(compiled):
-    """FLOPs of every matrix product per step (a `dot`, or a cuBLAS gemm custom-call):
-    2 x output elements x contracted size, times its runs."""
+class Product(NamedTuple):
+    op: str  # "dot" (CPU), "convolution" (TPU), "custom-call" (a cuBLAS gemm)
+    operands: tuple  # the dtypes it multiplies, ("bf16", "bf16")
+    fused: tuple  # the other operations XLA fused with it, sorted; () if it is not in a fusion
+    flops: int  # 2 x output elements x contracted size, times its runs per step
+
+
+_NOT_WORK = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "copy"}
+
+
+def products(compiled):
+    """Every matrix product of the program that runs: a `dot`, a TPU's `convolution` or a
+    cuBLAS gemm custom-call, with its operand dtypes and what it is fused with."""
     program = parse(compiled if isinstance(compiled, str) else compiled.as_text())
     runs = _runs_per_step(program)
     shapes = {ins.name: ins.shape for ins in program.instructions}
-    flops = 0
+    fusions = {
+        callee
+        for ins in program.instructions
+        if ins.op == "fusion"
+        for how, callee in program.calls.get(ins.computation, ())
+        if how == "calls"
+    }
+    ops = collections.defaultdict(set)
+    for ins in program.instructions:
+        ops[ins.computation].add(ins.op)
+
+    def inside(computation):  # its ops and those of the fusions nested in it
+        nested = [c for how, c in program.calls.get(computation, ()) if how == "calls"]
+        return (ops[computation] - {"fusion"}).union(*(inside(c) for c in nested))
+
+    found = []
     for ins in program.instructions:
         gemm = ins.op == "custom-call" and _GEMM_TARGET.search(ins.attrs)
-        if not (ins.op == "dot" or gemm) or not runs[ins.computation]:
+        if not (ins.op in ("dot", "convolution") or gemm) or not runs[ins.computation]:
             continue
-        ((_, lhs),) = arrays(shapes[ins.operands[0]])
+        operands = [arrays(shapes[a])[0] for a in ins.operands[:2]]
         _, out = arrays(ins.shape)[0]  # a gemm's result is (output, workspace)
-        k = math.prod(lhs[int(d)] for d in _contracting(ins).split(",") if d.strip())
-        flops += runs[ins.computation] * 2 * math.prod(out) * k
-    return flops
+        flops = runs[ins.computation] * 2 * math.prod(out) * _contracted(ins, operands[0][1])
+        fused = ()
+        if ins.computation in fusions:
+            fused = tuple(sorted(inside(ins.computation) - _NOT_WORK - {ins.op}))
+        found.append(Product(ins.op, tuple(t for t, _ in operands), fused, flops))
+    return found
+
+
+def matmul_flops(compiled):
+    """FLOPs of every matrix product per step (a `dot`, a TPU's `convolution`, or a cuBLAS
+    gemm custom-call): 2 x output elements x contracted size, times its runs."""
+    return sum(p.flops for p in products(compiled))
 
 
 def trip_counts(compiled):
