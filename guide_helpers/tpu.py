@@ -12,6 +12,7 @@ TPUs it then prints warnings on stderr in every guide. On a TPU VM the installed
 """
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,16 +23,28 @@ LIBTPU = "libtpu==0.0.42.1"  # the version jax[tpu]==0.10.2 asks for; as require
 LIBTPU_DIR = Path(sys.prefix) / "libtpu"
 INSTALL = f'pip install --target "{LIBTPU_DIR}" "{LIBTPU}"'
 # What libtpu reads about its host; on a machine without TPUs it otherwise asks a metadata server
-# and prints warnings on stderr. Set only when the library is LIBTPU_DIR's.
+# and prints warnings on stderr. And a TPU's libtpu takes /tmp/libtpu_lockfile, so that one
+# process at a time drives the chips: a second process that loads it fails ("Internal error when
+# accessing libtpu multi-process lockfile"); compiling only, any number may. Set only when the
+# library is LIBTPU_DIR's.
 NO_TPU_HOST = {
     "TPU_SKIP_MDS_QUERY": "1",
     "TPU_ACCELERATOR_TYPE": "v5p-8",
     "TPU_WORKER_HOSTNAMES": "localhost",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
 }
 
 
 class TPUCompilerMissing(RuntimeError):
     pass
+
+
+def install_in_colab():
+    """In Colab only, install the TPU compiler into LIBTPU_DIR if no libtpu is found (locally,
+    `make setup` installed it; elsewhere nothing is downloaded)."""
+    if "google.colab" in sys.modules and library_path() is None:
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--target", str(LIBTPU_DIR), LIBTPU]
+        subprocess.run(pip, check=True)
 
 
 def library_path():
