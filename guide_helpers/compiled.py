@@ -11,6 +11,9 @@ reductions), each a list of instructions. Everything here is read from that text
 - `sent_per_device(rows)`: bytes each device sends per step if every collective runs as a ring;
 - `products(compiled)`: every matrix product, its operand dtypes and what XLA fused with it;
 - `matmul_flops(compiled)`: FLOPs of every matrix product per step;
+- `tiled_bytes(shape)`, `argument_shapes(compiled)`: memory in a TPU's tiled layouts;
+- `ops_within(program, computation)`, `op_name_of(instruction)`: what a computation does, and
+  the JAX operation an instruction was made from;
 - `trip_counts(compiled)`, `instruction_count(compiled)`, `memory(compiled)`.
 
 Where an instruction sits is decided by the computation it belongs to, not by its op name: XLA
@@ -368,8 +371,8 @@ def collectives(compiled):
                 groups=_groups_text(ins.attrs),
                 where=where,
                 per_step=runs[ins.computation],
-                operand=_op_name(of_argument) if of_argument else "",
-                op_name=_op_name(made_by, default=""),
+                operand=op_name_of(of_argument) if of_argument else "",
+                op_name=op_name_of(made_by, default=""),
                 device_groups=device_groups(ins.attrs, devices),
                 asynchronous=asynchronous,
                 overlapped=overlapped,
@@ -390,7 +393,7 @@ def _async_result(shape):
     return inner[split + 1 :].strip() if split is not None else shape
 
 
-def _op_name(ins, default=None):
+def op_name_of(ins, default=None):
     """The JAX operation XLA's metadata names for an instruction; `default` (its own name if
     None) when it has none."""
     match = _OP_NAME.search(ins.attrs)
@@ -462,6 +465,18 @@ def _contracted(ins, lhs):
     return math.prod(lhs[int(d)] for d in dims.split(",") if d.strip())
 
 
+def ops_within(program, computation):
+    """The ops of a computation and of the computations it calls with `calls=` (fusions,
+    nested), "fusion" itself left out."""
+    ops, seen, todo = set(), set(), [computation]
+    while todo:
+        if (c := todo.pop()) not in seen:
+            seen.add(c)
+            ops |= {i.op for i in program.instructions if i.computation == c}
+            todo += [callee for how, callee in program.calls.get(c, ()) if how == "calls"]
+    return ops - {"fusion"}
+
+
 class Product(NamedTuple):
     op: str  # "dot" (CPU), "convolution" (TPU), "custom-call" (a cuBLAS gemm)
     operands: tuple  # the dtypes it multiplies, ("bf16", "bf16")
@@ -478,21 +493,12 @@ def products(compiled):
     program = parse(compiled if isinstance(compiled, str) else compiled.as_text())
     runs = _runs_per_step(program)
     shapes = {ins.name: ins.shape for ins in program.instructions}
-    fusions = {
+    fusions = {  # the computations that fusion instructions call
         callee
         for ins in program.instructions
         if ins.op == "fusion"
-        for how, callee in program.calls.get(ins.computation, ())
-        if how == "calls"
+        for callee in re.findall(r"\bcalls=%([\w.-]+)", ins.attrs)
     }
-    ops = collections.defaultdict(set)
-    for ins in program.instructions:
-        ops[ins.computation].add(ins.op)
-
-    def inside(computation):  # its ops and those of the fusions nested in it
-        nested = [c for how, c in program.calls.get(computation, ()) if how == "calls"]
-        return (ops[computation] - {"fusion"}).union(*(inside(c) for c in nested))
-
     found = []
     for ins in program.instructions:
         gemm = ins.op == "custom-call" and _GEMM_TARGET.search(ins.attrs)
@@ -503,7 +509,7 @@ def products(compiled):
         flops = runs[ins.computation] * 2 * math.prod(out) * _contracted(ins, operands[0][1])
         fused = ()
         if ins.computation in fusions:
-            fused = tuple(sorted(inside(ins.computation) - _NOT_WORK - {ins.op}))
+            fused = tuple(sorted(ops_within(program, ins.computation) - _NOT_WORK - {ins.op}))
         found.append(Product(ins.op, tuple(t for t, _ in operands), fused, flops))
     return found
 

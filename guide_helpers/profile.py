@@ -64,31 +64,18 @@ def label_instructions(compiled, scopes=()):
     """{instruction name: (what, scope)}: "matmul" for a dot or a fusion that holds one, the
     kind of a collective, else "other"; the first of `scopes` found in its JAX name, else ""."""
     program = hlo.parse(compiled if isinstance(compiled, str) else compiled.as_text())
-    by_computation = collections.defaultdict(set)
-    for ins in program.instructions:
-        by_computation[ins.computation].add(ins.op)
-
-    def ops_inside(ins):  # the ops of the computations an instruction calls, nested
-        seen, ops = set(), set()
-        todo = re.findall(r"calls=%([\w.-]+)", ins.attrs)
-        while todo:
-            c = todo.pop()
-            if c not in seen:
-                seen.add(c)
-                ops |= by_computation[c]
-                todo.extend(callee for how, callee in program.calls.get(c, ()) if how == "calls")
-        return ops
-
     labels = {}
     for ins in program.instructions:
         kind = ins.op.removesuffix("-start")
         if kind in hlo.COLLECTIVE_KINDS:
             what = kind
-        elif ins.op == "dot" or "dot" in ops_inside(ins):
+        elif ins.op == "dot" or any(
+            "dot" in hlo.ops_within(program, c) for c in re.findall(r"calls=%([\w.-]+)", ins.attrs)
+        ):
             what = "matmul"
         else:
             what = "other"
-        name = hlo._op_name(ins, default="")
+        name = hlo.op_name_of(ins, default="")
         scope = next((s for s in scopes if re.search(rf"(^|/){re.escape(s)}(/|$)", name)), "")
         labels[ins.name] = (what, scope)
     return labels
