@@ -80,8 +80,8 @@ def base_url(browser, request):
 class Visit:
     """A page opened in the browser, with every console error and off-site request recorded."""
 
-    def __init__(self, browser, base_url, path):
-        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
+    def __init__(self, browser, base_url, path, width=1280, height=900):
+        self.page = browser.new_page(viewport={"width": width, "height": height})
         self.errors, self.offsite = [], []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
@@ -108,8 +108,8 @@ class Visit:
 def visit(browser, base_url):
     opened = []
 
-    def open_page(path):
-        opened.append(Visit(browser, base_url, path))
+    def open_page(path, **viewport):
+        opened.append(Visit(browser, base_url, path, **viewport))
         return opened[-1]
 
     yield open_page
@@ -208,6 +208,57 @@ def test_guide_page_in_a_browser(visit, base_url, name):
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+# Each output box and figure of a page, as laid out: how wide its content is, how wide the box,
+# and whether the reader can scroll it sideways; then the page's own width.
+LAYOUT_JS = """
+() => {
+  const selector = 'div.cell_output pre, div.cell_output div.text_html';
+  const boxes = [...document.querySelectorAll(selector)].map(el => ({
+      what: el.tagName + ' ' + (el.innerText || '').slice(0, 60).replace(/\\s+/g, ' '),
+      content: el.scrollWidth, box: el.clientWidth,
+      scrolls: ['auto', 'scroll'].includes(getComputedStyle(el).overflowX),
+      right: el.getBoundingClientRect().right,
+    }));
+  const images = [...document.querySelectorAll('div.cell_output img')].map(img => ({
+    right: img.getBoundingClientRect().right, width: img.getBoundingClientRect().width,
+  }));
+  return {boxes, images, page: document.documentElement.scrollWidth, view: window.innerWidth};
+}
+"""
+WIDTHS = {"laptop": (1366, 768), "phone": (390, 844)}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", guide_names())
+def test_wide_outputs_stay_readable(visit, name, width):
+    """No printed table or figure is cut at the right edge: a box wider than the text column
+    scrolls sideways, a figure shrinks to fit, and the page itself never needs a sideways
+    scroll, at a laptop's width and a phone's."""
+    w, h = WIDTHS[width]
+    v = visit(f"{name}.html", width=w, height=h)
+    layout = v.page.evaluate(LAYOUT_JS)
+    assert layout["page"] <= layout["view"], (
+        f"{name} at {w}px: the page is {layout['page']}px wide, wider than the window"
+    )
+    for box in layout["boxes"]:
+        if box["content"] > box["box"] + 1:
+            assert box["scrolls"], f"{name} at {w}px: cut at the right edge: {box['what']!r}"
+        assert box["right"] <= w + 1, f"{name} at {w}px: past the window: {box['what']!r}"
+    for image in layout["images"]:
+        assert 0 < image["width"] and image["right"] <= w + 1, f"{name} at {w}px: {image}"
+
+
+def test_figures_keep_a_white_ground_in_the_dark_theme(visit):
+    """The figures are drawn on white; in the dark theme the page keeps them on white."""
+    v = visit("scale_up_a_flax_model.html")
+    v.page.evaluate("document.documentElement.dataset.theme = 'dark'")
+    grounds = v.page.evaluate(
+        "() => [...document.querySelectorAll('div.cell_output img')]"
+        ".map(img => getComputedStyle(img).backgroundColor)"
+    )
+    assert len(grounds) >= 2 and set(grounds) == {"rgb(255, 255, 255)"}, grounds
 
 
 def test_index_page_links_every_guide(visit):

@@ -553,3 +553,158 @@ def test_the_memory_profile_agrees_with_the_live_arrays(mesh):
             live[f"cpu:{shard.device.id}"] += shard.data.nbytes
     assert in_profile == live and kept.is_fully_addressable
     assert any("batched_device_put" in s.functions for s in samples if s.kind == "buffer")
+
+
+# --- guide_helpers.figures: what a figure draws is what the arrays and programs hold ---
+
+
+def test_blocks_are_read_from_the_sharding(mesh):
+    from guide_helpers import figures
+
+    w = jax.device_put(jnp.ones((4, 256, 1024)), NamedSharding(mesh, P(None, "data", "model")))
+    assert figures.drawn_axes(w) == (1, 2)
+    drawn = figures.blocks(w)
+    assert len(drawn) == 8 and all(len(b.devices) == 1 for b in drawn)
+    assert drawn[0] == figures.HeldBlock((0, 128), (0, 256), (0,))
+    assert drawn[-1] == figures.HeldBlock((128, 256), (768, 1024), (7,))
+    x = jax.device_put(jnp.ones((16, 256)), NamedSharding(mesh, P("data")))
+    assert [b.devices for b in figures.blocks(x)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    whole = jax.device_put(jnp.ones(8), NamedSharding(mesh, P()))
+    assert figures.blocks(whole) == [figures.HeldBlock((0, 1), (0, 8), tuple(range(8)))]
+    # A split axis other than the last two is drawn, with the last one.
+    qkv = jax.device_put(jnp.ones((128, 8, 3, 16)), NamedSharding(mesh, P(None, "model")))
+    assert figures.drawn_axes(qkv) == (1, 3)
+    cube = jax.device_put(jnp.ones((2, 4, 2)), NamedSharding(mesh, P("data", "model")))
+    assert figures.drawn_axes(cube) == (0, 1)
+
+
+def test_a_figure_refuses_three_split_axes():
+    from guide_helpers import figures
+
+    mesh3 = jax.make_mesh((2, 2, 2), ("a", "b", "c"), axis_types=(AxisType.Auto,) * 3)
+    cube = jax.device_put(jnp.ones((2, 2, 2)), NamedSharding(mesh3, P("a", "b", "c")))
+    with pytest.raises(ValueError, match=r"two axes; this array is split along axes \[0, 1, 2\]"):
+        figures.blocks(cube)
+
+
+def test_device_labels_shorten_runs():
+    from guide_helpers.figures import device_label
+
+    assert device_label((0, 1, 2, 3)) == "0-3"
+    assert device_label((0, 4)) == "0,4"
+    assert device_label((0, 1, 3, 5, 6)) == "0-1,3,5-6"
+    assert device_label(tuple(range(8)), total=8) == "all 8"
+
+
+def test_figures_are_white_and_draw_every_array(mesh):
+    from guide_helpers import figures
+
+    x = jax.device_put(jnp.ones((16, 256)), NamedSharding(mesh, P("data")))
+    fig = figures.layout({f"x{i}": x for i in range(5)}, columns=3)
+    assert fig.get_facecolor() == (1.0, 1.0, 1.0, 1.0)  # readable on a dark page too
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(fig.axes) == 6 and len(visible) == 5
+    assert [len(ax.patches) for ax in visible] == [2] * 5
+    assert [t.get_text() for t in visible[0].texts] == ["0-3", "4-7"]
+
+
+def test_traffic_adds_up_the_programs_collectives(mesh):
+    from guide_helpers import figures
+
+    rows = gc.collectives(scanned_step(mesh))
+    by_pass = figures.traffic(rows)
+    for scope, direction, kind in by_pass:
+        chosen = [
+            c for c in rows
+            if (figures.scope_of(c), c.direction, c.kind) == (scope, direction, kind)
+        ]  # fmt: skip
+        runs = [1 if c.where == "loop" else c.per_step for c in chosen]
+        assert by_pass[scope, direction, kind] == sum(r * c.nbytes for r, c in zip(runs, chosen))
+    fig = figures.traffic_chart(rows, "t")
+    bars = fig.axes[0].patches
+    drawn = {round(b.get_width() * 1024) for b in bars if b.get_width()}
+    assert fig.get_facecolor() == (1.0, 1.0, 1.0, 1.0)
+    assert drawn == {n for n in by_pass.values()}
+
+
+# --- guide_helpers.exercises: the grader passes the reference, says what a wrong answer adds ---
+
+
+def layer(x, W1, W2):
+    """The main guide's one layer, its hidden activation split over 'model'."""
+    return jax.lax.with_sharding_constraint(jax.nn.relu(x @ W1), P("data", "model")) @ W2
+
+
+def layer_program(mesh):
+    """build(answer) for answers (function, W2's spec) of one layer on the 2x4 mesh."""
+    keys = jax.random.split(jax.random.key(0), 3)
+    sizes = [(16, 256), (256, 1024), (1024, 256)]
+    inputs = [jax.random.normal(k, s) / s[0] ** 0.5 for k, s in zip(keys, sizes)]
+
+    def build(answer):
+        function, w2_spec = answer
+        specs = (P("data", None), P(None, "model"), w2_spec)
+        args = jax.device_put(tuple(inputs), tuple(NamedSharding(mesh, s) for s in specs))
+        out = NamedSharding(mesh, P("data", None))
+        with jax.set_mesh(mesh):
+            return jax.jit(function, out_shardings=out).lower(*args).compile(), args
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def layer_exercise():
+    from guide_helpers.exercises import Exercise
+
+    return Exercise("W2 by rows", (layer, P("model", None)), arguments=("x", "W1", "W2"))
+
+
+def test_the_grader_passes_the_reference(mesh, layer_exercise):
+    grade = layer_exercise.grade((layer, P("model", None)), layer_program(mesh))
+    assert grade.passed and bool(grade) and grade.hints() == []
+    assert str(grade).splitlines()[0] == "W2 by rows: passed"
+    assert [c.name for c in grade.checks] == ["value", "shardings", "collectives", "memory"]
+
+
+def test_the_grader_names_what_a_split_by_columns_adds(mesh, layer_exercise):
+    grade = layer_exercise.grade((layer, P(None, "model")), layer_program(mesh))
+    assert not grade.passed
+    assert grade.check("value").passed  # the same numbers, laid out otherwise
+    assert grade.check("shardings").hints == (
+        "argument W2: P(None, 'model'), expected P('model', None)",
+    )
+    assert grade.check("collectives").hints == (
+        "extra: 1 x all-gather f32[8,1024] forward outside loops, group of 4, per step",
+        # the output's columns, joined to give it whole embed, as out_shardings asks
+        "extra: 1 x all-gather f32[8,256] forward outside loops, group of 4, per step",
+        "missing: 1 x all-reduce f32[8,256] forward outside loops, group of 4, per step",
+    )
+    assert "not yet" in str(grade) and "extra: 1 x all-gather f32[8,1024]" in str(grade)
+
+
+def test_the_grader_catches_a_different_value_and_a_memory_limit(mesh, layer_exercise):
+    from guide_helpers.exercises import Exercise
+
+    def doubled(x, W1, W2):
+        return 2 * layer(x, W1, W2)
+
+    grade = layer_exercise.grade((doubled, P("model", None)), layer_program(mesh))
+    assert grade.check("value").hints == ("output: differs from the reference",)
+    assert grade.check("collectives").passed and grade.check("shardings").passed
+    tight = Exercise("tight", (layer, P("model", None)), memory_limit=1024)
+    memory_check = tight.grade((layer, P("model", None)), layer_program(mesh)).check("memory")
+    assert not memory_check.passed and memory_check.hints[0].endswith("MiB over the limit")
+
+
+def test_the_grader_names_a_different_mesh():
+    from guide_helpers.exercises import Exercise
+
+    def build(answer):  # answers (mesh shape, W2's spec)
+        shape, w2_spec = answer
+        grid = jax.make_mesh(shape, ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+        return layer_program(grid)((layer, w2_spec))
+
+    exercise = Exercise("on 2x4", ((2, 4), P("model", None)))
+    grade = exercise.grade(((4, 2), P("model", None)), build)
+    assert grade.check("shardings").hints[0] == "mesh data=4 x model=2, expected data=2 x model=4"
+    assert grade.check("collectives").hints  # groups of 2, not 4
