@@ -133,14 +133,13 @@ def scope_of(c):
 
 
 def traffic(rows):
-    """{(scope, pass, kind): bytes}: the results' bytes of a step's collectives, for one run of
-    a layer's body ("each layer") or for the whole step ("once per step"). A loop collective
-    that runs n times per layer (n = per_step / trips) is not told apart from one that runs once:
-    the pages' loops have one run per layer."""
+    """{(scope, pass, kind, group size): bytes}: the results' bytes of a step's collectives, for
+    one run of a layer's body ("each layer") or for the whole step ("once per step"). The
+    pages' loops run their body once per layer."""
     out = collections.Counter()
     for c in rows:
         runs = 1 if c.where == "loop" else c.per_step
-        out[scope_of(c), c.direction, c.kind] += runs * c.nbytes
+        out[scope_of(c), c.direction, c.kind, c.group] += runs * c.nbytes
     return dict(sorted(out.items()))
 
 
@@ -149,25 +148,31 @@ def _kib(n):
 
 
 def traffic_chart(rows, title=None):
-    """A horizontal bar per scope and pass, split by kind: the bytes `traffic(rows)` gives."""
+    """A horizontal bar per scope and pass, one segment per kind and group size, coloured by
+    kind and labelled with its group where it is wide enough: the bytes `traffic(rows)` gives."""
     data = traffic(rows)
-    bars = list(dict.fromkeys((scope, direction) for scope, direction, _ in data))
+    bars = list(dict.fromkeys(key[:2] for key in data))
     kinds = [k for k in KIND_COLOURS if any(key[2] == k for key in data)]
+    totals = [sum(n for key, n in data.items() if key[:2] == bar) for bar in bars]
     fig, (ax,) = _figure(1, 1.2 + 0.45 * len(bars))
     fig.set_size_inches(8, 1.2 + 0.45 * len(bars))
-    totals = []
-    for y, (scope, direction) in enumerate(bars):
+    xmax = 1.35 * max(totals) / 1024
+    for y, bar in enumerate(bars):
         left = 0
-        for kind in kinds:
-            n = data.get((scope, direction, kind), 0)
+        for (*_, kind, group), n in sorted(
+            ((key, n) for key, n in data.items() if key[:2] == bar),
+            key=lambda item: (kinds.index(item[0][2]), item[0][3]),
+        ):
             ax.barh(y, n / 1024, left=left / 1024, color=KIND_COLOURS[kind],
                     edgecolor="black", height=0.6)  # fmt: skip
+            if n / 1024 > 0.12 * xmax:
+                ax.text((left + n / 2) / 1024, y, f"over {group}", ha="center", va="center",
+                        fontsize=8)  # fmt: skip
             left += n
         ax.text(left / 1024, y, "  " + _kib(left), va="center", fontsize=9)
-        totals.append(left)
     ax.set_yticks(range(len(bars)), [f"{d}, {s}" for s, d in bars], fontsize=9)
     ax.set_ylim(len(bars) - 0.4, -0.6)
-    ax.set_xlim(0, 1.35 * max(totals) / 1024)
+    ax.set_xlim(0, xmax)
     ax.set_xlabel("KiB per device: the bytes of the collectives' results", fontsize=9)
     ax.tick_params(labelsize=8)
     handles = [

@@ -250,15 +250,30 @@ def test_wide_outputs_stay_readable(visit, name, width):
         assert 0 < image["width"] and image["right"] <= w + 1, f"{name} at {w}px: {image}"
 
 
-def test_figures_keep_a_white_ground_in_the_dark_theme(visit):
-    """The figures are drawn on white; in the dark theme the page keeps them on white."""
-    v = visit("scale_up_a_flax_model.html")
+# The corners of each output image as drawn (RGBA of its own pixels, read through a canvas).
+CORNERS_JS = """
+() => [...document.querySelectorAll('div.cell_output img')].map(img => {
+  const canvas = document.createElement('canvas');
+  canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+  const context = canvas.getContext('2d');
+  context.drawImage(img, 0, 0);
+  const w = img.naturalWidth - 1, h = img.naturalHeight - 1;
+  const pixel = ([x, y]) => [...context.getImageData(x, y, 1, 1).data];
+  return [[0, 0], [w, 0], [0, h], [w, h]].map(pixel);
+})
+"""
+
+
+@pytest.mark.parametrize("name", ["scale_up_a_flax_model", "choose_a_layout", "transformer"])
+def test_figures_carry_their_own_white_ground_for_the_dark_theme(visit, name):
+    """A figure drawn on a transparent ground would show its black text on the dark theme's dark
+    page; the site's figures are opaque white to their corners, in either theme."""
+    v = visit(f"{name}.html")
     v.page.evaluate("document.documentElement.dataset.theme = 'dark'")
-    grounds = v.page.evaluate(
-        "() => [...document.querySelectorAll('div.cell_output img')]"
-        ".map(img => getComputedStyle(img).backgroundColor)"
-    )
-    assert len(grounds) >= 2 and set(grounds) == {"rgb(255, 255, 255)"}, grounds
+    corners = v.page.evaluate(CORNERS_JS)
+    assert len(corners) >= 2, f"{name}: expected its figures, found {len(corners)} images"
+    for i, image in enumerate(corners):
+        assert all(pixel == [255, 255, 255, 255] for pixel in image), f"{name} image {i}: {image}"
 
 
 def test_index_page_links_every_guide(visit):

@@ -613,18 +613,21 @@ def test_traffic_adds_up_the_programs_collectives(mesh):
 
     rows = gc.collectives(scanned_step(mesh))
     by_pass = figures.traffic(rows)
-    for scope, direction, kind in by_pass:
+    for scope, direction, kind, group in by_pass:
         chosen = [
             c for c in rows
-            if (figures.scope_of(c), c.direction, c.kind) == (scope, direction, kind)
+            if (figures.scope_of(c), c.direction, c.kind, c.group)
+            == (scope, direction, kind, group)
         ]  # fmt: skip
         runs = [1 if c.where == "loop" else c.per_step for c in chosen]
-        assert by_pass[scope, direction, kind] == sum(r * c.nbytes for r, c in zip(runs, chosen))
+        assert by_pass[scope, direction, kind, group] == sum(
+            r * c.nbytes for r, c in zip(runs, chosen)
+        )
     fig = figures.traffic_chart(rows, "t")
     bars = fig.axes[0].patches
-    drawn = {round(b.get_width() * 1024) for b in bars if b.get_width()}
+    drawn = sorted(round(b.get_width() * 1024) for b in bars)
     assert fig.get_facecolor() == (1.0, 1.0, 1.0, 1.0)
-    assert drawn == {n for n in by_pass.values()}
+    assert drawn == sorted(by_pass.values())  # one segment per entry
 
 
 # --- guide_helpers.exercises: the grader passes the reference, says what a wrong answer adds ---
@@ -708,3 +711,44 @@ def test_the_grader_names_a_different_mesh():
     grade = exercise.grade(((4, 2), P("model", None)), build)
     assert grade.check("shardings").hints[0] == "mesh data=4 x model=2, expected data=2 x model=4"
     assert grade.check("collectives").hints  # groups of 2, not 4
+
+
+def test_the_main_guides_fsdp_exercise_hints_at_the_gathers_it_lacks(mesh):
+    """The main guide's exercise 2, graded here on the same model's gradients: its starting
+    rules (data x tensor) lack FSDP's gathers, hold twice the weights, and are told so."""
+    import flax.linen as nn
+
+    from guide_helpers import exercises
+    from guide_helpers.models import LogicalMLP
+
+    model = LogicalMLP(num_layers=4, hidden=1024)
+    x = jax.random.normal(jax.random.key(0), (16, 256))
+    replicated = NamedSharding(mesh, P())
+
+    def gradient_program(rules):
+        with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+            boxed = jax.eval_shape(model.init, jax.random.key(1), x)
+            specs = nn.get_partition_spec(boxed)
+            every = nn.logical_to_mesh_sharding(specs, mesh, rules)
+            params = jax.jit(model.init, out_shardings=every)(jax.random.key(1), x)
+        shardings = every["params"]
+
+        def loss(p, x):
+            with nn.logical_axis_rules(rules):
+                return jnp.mean(model.apply({"params": p}, x) ** 2)
+
+        data = NamedSharding(mesh, nn.logical_to_mesh_axes(("batch", "embed"), rules))
+        args = (nn.unbox(params["params"]), jax.device_put(x, data))
+        grads = jax.jit(jax.value_and_grad(loss), out_shardings=(replicated, shardings))
+        with jax.set_mesh(mesh):
+            return grads.lower(*args).compile(), args
+
+    data_tensor = (("batch", "data"), ("hidden", "model"), ("embed", None), ("layer", None))
+    grade = exercises.FSDP_TENSOR.grade(data_tensor, gradient_program)
+    assert not grade.passed and grade.check("value").passed
+    assert grade.check("collectives").hints == tuple(
+        f"missing: 8 x all-gather f32[256,256] {d} in the layer loop, group of 2, per step"
+        for d in ("backward", "forward")
+    )
+    assert not grade.check("memory").passed
+    assert exercises.FSDP_TENSOR.grade(exercises.FSDP_TENSOR.reference, gradient_program)
