@@ -11,8 +11,10 @@ reference's:
 - memory: XLA's peak bound per device (`guide_helpers.compiled.memory`) at most `memory_limit`
   bytes (by default the reference's).
 
-What differs comes back as hints, such as "extra: 4 x all-gather f32[8,1024] forward in the layer
-loop, group of 4, per step". A `Grade` prints one line per check and is true when all pass.
+What differs comes back as hints, such as "extra: 4 x all-gather f32[8,1024] forward in the
+layer loop, group of 4, per step". An answer whose program cannot be built or run fails one
+check, "builds", whose hint is the error's first line. A `Grade` prints one line per check and
+is true when all pass.
 """
 
 import collections
@@ -183,7 +185,13 @@ class Exercise:
         return self._references[build]
 
     def grade(self, answer, build):
-        ref, got = self.reference_run(build), run(build, answer, self.names)
+        ref = self.reference_run(build)
+        try:
+            got = run(build, answer, self.names)
+        except Exception as error:  # the answer's own mistake: say it, as a failed check
+            first = (str(error).strip().splitlines() or [""])[0]
+            hint = f"{type(error).__name__}: {first}"
+            return Grade(self.title, [Check("builds", False, (hint,), "the answer's program")])
         limit = self.memory_limit if self.memory_limit is not None else ref.peak
         return Grade(
             self.title,

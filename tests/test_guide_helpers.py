@@ -752,3 +752,12 @@ def test_the_main_guides_fsdp_exercise_hints_at_the_gathers_it_lacks(mesh):
     )
     assert not grade.check("memory").passed
     assert exercises.FSDP_TENSOR.grade(exercises.FSDP_TENSOR.reference, gradient_program)
+
+
+def test_the_grader_reports_an_answer_that_does_not_build(mesh, layer_exercise):
+    def wrong_shapes(x, W1, W2):
+        return x @ W2  # (16, 256) @ (1024, 256)
+
+    grade = layer_exercise.grade((wrong_shapes, P("model", None)), layer_program(mesh))
+    assert not grade.passed and [c.name for c in grade.checks] == ["builds"]
+    assert grade.hints()[0].startswith("TypeError: dot_general requires contracting dimensions")
