@@ -5,6 +5,8 @@
 that `jax.distributed.initialize` needs, waits for all of them within `timeout` seconds, and
 returns {process id: stdout lines}. It never leaves a process behind: when one fails, or the time
 is up, it kills the others and raises `LaunchError` with every process's exit status and output.
+`send=Signal(process, when, signal)` injects a fault: the signal goes to that process once a line
+of its stdout starts with `when` (a preemption's SIGTERM, a SIGKILL mid-save).
 """
 
 import os
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 
 def free_port():
@@ -39,6 +42,14 @@ def xla_flags(devices_per_process, inherited=""):
     """XLA_FLAGS for a child: the inherited flags (an ISA cap, say), with its device count."""
     kept = [f for f in inherited.split() if not f.startswith("--xla_force_host_platform_device")]
     return " ".join([*kept, f"--xla_force_host_platform_device_count={devices_per_process}"])
+
+
+class Signal(NamedTuple):
+    """Send `signal` to process `process` once a line of its stdout starts with `when`."""
+
+    process: int
+    when: str
+    signal: int
 
 
 def exit_status(code):
@@ -92,15 +103,18 @@ def launch(
     start=None,
     configure=with_arguments,
     cwd=None,
+    send=(),
 ):
     """Run `script` as `num_processes` JAX processes; return {process id: stdout lines}.
 
     `start` starts only some of the processes; `configure(i, num_processes, port)` returns
     process i's extra arguments and environment; `cwd` is the processes' working directory, where
-    a relative `script` is found. Each process writes to a file, not a pipe, so
-    none blocks on a full pipe. Raises LaunchError, with no process left running, if a process
-    fails or they are not all done within `timeout` seconds.
+    a relative `script` is found; `send` is a Signal or a sequence of them, each sent once.
+    Each process writes to a file, not a pipe, so none blocks on a full pipe. Raises LaunchError,
+    with no process left running, if a process fails (a signal it was sent counts as a failure
+    unless it exits 0) or they are not all done within `timeout` seconds.
     """
+    pending = [send] if isinstance(send, Signal) else list(send)
     port = free_port()
     processes, reason = {}, None
     with tempfile.TemporaryDirectory(prefix="launch_") as logs:
@@ -126,7 +140,8 @@ def launch(
                 elif time.monotonic() > deadline:
                     reason = f"not finished within {timeout} s; the launcher stopped every process"
                 else:
-                    time.sleep(0.1)
+                    pending = [s for s in pending if not sent(s, processes, logs)]
+                    time.sleep(0.02 if pending else 0.1)
         finally:  # success, failure, timeout or an interrupted cell: stop and reap every one
             for p in processes.values():
                 if p.poll() is None:
@@ -143,6 +158,18 @@ def launch(
             returncodes = {i: p.returncode for i, p in processes.items()}
             raise LaunchError(reason, returncodes, stdout, stderr)
     return stdout
+
+
+def sent(signal_to_send, processes, logs):
+    """Send the signal if its process, still running, has printed its line; True once sent."""
+    process = processes.get(signal_to_send.process)
+    if process is None or process.poll() is not None:
+        return False
+    with open(f"{logs}/{signal_to_send.process}.out") as f:
+        if not any(line.startswith(signal_to_send.when) for line in f):
+            return False
+    process.send_signal(signal_to_send.signal)
+    return True
 
 
 def show(outputs):

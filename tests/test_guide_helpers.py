@@ -18,7 +18,14 @@ from conftest import DOCS, ROOT, guide_names
 
 from guide_helpers import compiled as gc
 from guide_helpers import require_devices, tables
-from guide_helpers.launch import LaunchError, launch, show, without_gloo_messages, xla_flags
+from guide_helpers.launch import (
+    LaunchError,
+    Signal,
+    launch,
+    show,
+    without_gloo_messages,
+    xla_flags,
+)
 from guide_helpers.workdir import make_workdir
 
 # Collected before any test runs, so before JAX starts its backend in this process.
@@ -365,6 +372,36 @@ def test_a_failed_child_stops_the_others_at_once(tmp_path):
     assert time.monotonic() - started < 10
     assert info.value.returncodes == {0: 1, 1: -signal.SIGKILL}
     assert "[p0 stderr] process 0 gives up" in str(info.value)
+
+
+def test_a_signal_reaches_only_its_process_once_it_prints_the_line(tmp_path):
+    script = tmp_path / "wait_for_term.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(print('caught SIGTERM', flush=True)))\n"
+        "for step in range(600):\n"
+        "    print(f'step {step}', flush=True)\n"
+        "    time.sleep(0.05)\n"
+        "print('never signalled', flush=True)\n"
+    )
+    term = Signal(process=1, when="step 3", signal=signal.SIGTERM)
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as info:  # process 0 is never signalled: it runs out of time
+        launch(str(script), 2, 1, timeout=6, send=term)
+    assert time.monotonic() - started < 15
+    out = info.value.stdout
+    assert out[1][-1] == "caught SIGTERM" and out[1][-2].startswith("step ")
+    assert 3 <= int(out[1][-2].split()[1]) < 20  # soon after the line it waited for
+    assert "caught SIGTERM" not in out[0] and info.value.returncodes == {0: -signal.SIGKILL, 1: 0}
+
+
+def test_a_process_killed_by_the_signal_it_was_sent_is_a_failure(tmp_path):
+    script = tmp_path / "saving.py"
+    script.write_text("import time\nprint('saving', flush=True)\ntime.sleep(3600)\n")
+    with pytest.raises(LaunchError) as info:
+        launch(str(script), 1, 1, timeout=60, send=[Signal(0, "saving", signal.SIGKILL)])
+    assert info.value.returncodes == {0: -signal.SIGKILL} and info.value.stdout[0] == ["saving"]
+    assert info.value.reason == "a process failed"
 
 
 def test_the_workdir_magic_writes_a_cell_and_names_only_the_file():
