@@ -7,6 +7,7 @@ returns {process id: stdout lines}. It never leaves a process behind: when one f
 is up, it kills the others and raises `LaunchError` with every process's exit status and output.
 `send=Signal(process, when, signal)` injects a fault: the signal goes to that process once a line
 of its stdout starts with `when` (a preemption's SIGTERM, a SIGKILL mid-save).
+`configure=like_srun(tasks_per_node)` starts them as `srun` would, with Slurm's variables.
 """
 
 import os
@@ -36,6 +37,52 @@ def with_arguments(i, num_processes, port):
     coordinator = f"127.0.0.1:{port}"
     args = ["--coordinator", coordinator, "--num-processes", str(num_processes)]
     return args + ["--process-id", str(i)], {"JAX_COORDINATOR_BIND_ADDRESS": coordinator}
+
+
+def slurm_port(job_id):
+    """The coordinator's port that JAX derives from a Slurm job id when JAX_COORDINATOR_PORT is
+    unset (`jax/_src/clusters/slurm_cluster.py`)."""
+    return job_id % 4096 + 61440
+
+
+def port_is_free(port):
+    """Whether a TCP port on 127.0.0.1 can be bound at the moment."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def like_srun(tasks_per_node, **extra):
+    """A `configure` for `launch`: no arguments, and each task's variables as `srun` sets them.
+
+    Node n holds tasks_per_node[n] tasks, numbered node by node, every node at 127.0.0.1; `extra`
+    adds variables to every task (SLURM_RESTART_COUNT, JAX_LOCAL_DEVICE_IDS). The job id is
+    one whose coordinator port, derived as JAX does, is free now; process 0's coordinator binds
+    there on 127.0.0.1 (launch's own port is not used).
+    """
+    job = next(j for j in range(10_000, 14_096) if port_is_free(slurm_port(j)))
+    node_of = [n for n, count in enumerate(tasks_per_node) for _ in range(count)]
+
+    def configure(i, num_processes, _port):
+        if num_processes != len(node_of):
+            raise ValueError(
+                f"{num_processes} processes for {len(node_of)} tasks {tasks_per_node}"
+            )
+        return [], {
+            "SLURM_JOB_ID": str(job),
+            "SLURM_STEP_NODELIST": ",".join(["127.0.0.1"] * len(tasks_per_node)),
+            "SLURM_NTASKS": str(num_processes),
+            "SLURM_PROCID": str(i),
+            "SLURM_LOCALID": str(node_of[:i].count(node_of[i])),  # its rank on its node
+            "SLURM_NODEID": str(node_of[i]),
+            "JAX_COORDINATOR_BIND_ADDRESS": f"127.0.0.1:{slurm_port(job)}",
+            **extra,
+        }
+
+    return configure
 
 
 def xla_flags(devices_per_process, inherited=""):

@@ -6,7 +6,9 @@ The launcher runs real child processes.
 """
 
 import ast
+import os
 import signal
+import socket
 import textwrap
 import time
 from types import SimpleNamespace
@@ -22,7 +24,10 @@ from guide_helpers.launch import (
     LaunchError,
     Signal,
     launch,
+    like_srun,
+    port_is_free,
     show,
+    slurm_port,
     without_gloo_messages,
     xla_flags,
 )
@@ -402,6 +407,43 @@ def test_a_process_killed_by_the_signal_it_was_sent_is_a_failure(tmp_path):
         launch(str(script), 1, 1, timeout=60, send=[Signal(0, "saving", signal.SIGKILL)])
     assert info.value.returncodes == {0: -signal.SIGKILL} and info.value.stdout[0] == ["saving"]
     assert info.value.reason == "a process failed"
+
+
+def test_like_srun_sets_what_jax_reads_from_slurm_for_each_task(monkeypatch):
+    """JAX's own Slurm detection, on each task's variables alone, finds the job like_srun means."""
+    from jax._src import clusters
+
+    configure = like_srun([2, 1], SLURM_RESTART_COUNT="1")
+    tasks = [configure(i, 3, None) for i in range(3)]
+    assert all(args == [] for args, _ in tasks)
+    envs = [env for _, env in tasks]
+    assert [(e["SLURM_NODEID"], e["SLURM_LOCALID"]) for e in envs] == [
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+    ]
+    assert all(e["SLURM_RESTART_COUNT"] == "1" for e in envs)
+    port = slurm_port(int(envs[0]["SLURM_JOB_ID"]))
+    assert port_is_free(port) and envs[0]["JAX_COORDINATOR_BIND_ADDRESS"] == f"127.0.0.1:{port}"
+    detect = clusters.ClusterEnv.auto_detect_unset_distributed_params
+    for i, env in enumerate(envs):
+        with monkeypatch.context() as m:
+            for name in [n for n in os.environ if n.startswith("SLURM_")]:
+                m.delenv(name)
+            for name, value in env.items():
+                m.setenv(name, value)
+            address, n, process_id, local_ids, *_ = detect(None, None, None, None, None, 300)
+        assert (address, n, process_id) == (f"127.0.0.1:{port}", 3, i)
+        assert local_ids == [int(env["SLURM_LOCALID"])]
+    with pytest.raises(ValueError, match="4 processes for 3 tasks"):
+        configure(0, 4, None)
+
+
+def test_port_is_free_sees_a_bound_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert not port_is_free(s.getsockname()[1])
 
 
 def test_the_workdir_magic_writes_a_cell_and_names_only_the_file():
