@@ -110,6 +110,26 @@ def test_the_lesson_starts_on_the_first_screen(name):
     )
 
 
+OPENING_WORDS = 120
+
+
+def opening_paragraph(name):
+    """The first paragraph of a guide's text: after its title and its Colab link."""
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
+    first = next(c.source for c in nb.cells if c.cell_type == "markdown")
+    paragraphs = [p.strip() for p in first.split("\n\n") if p.strip()]
+    return next(p for p in paragraphs if not p.startswith(("#", "[Open in Colab]")))
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_the_opening_paragraph_says_what_you_do_in_few_words(name):
+    words = len(opening_paragraph(name).split())
+    assert words <= OPENING_WORDS, (
+        f"docs/{name}.md: its opening paragraph has {words} words; say what the reader will do in"
+        f" at most {OPENING_WORDS}, and leave the numbers to the outputs"
+    )
+
+
 def test_requirements_pin_every_dependency_exactly():
     lines = [
         line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
