@@ -9,6 +9,13 @@ STAMP := $(VENV)/.installed
 LIBTPU_DIR := $(VENV)/libtpu
 BUILD := _build
 HTML := $(BUILD)/html
+# Colab's Python (3.13 since August 2026, googlecolab/colabtools#6081), in a venv of its own: the
+# second profile of `make portability` executes every guide with it. The first Python 3.13 found:
+# PYTHON_COLAB if given, python3.13 on PATH, then pyenv's.
+COLAB_PYTHON := 3.13
+PYTHON_COLAB ?=
+VENV_COLAB := .venv-colab
+STAMP_COLAB := $(VENV_COLAB)/.installed
 # `cache` re-executes only guides whose code changed; CI and Read the Docs use `force`.
 NB_EXECUTION_MODE ?= cache
 SPHINX := $(BIN)/python -m sphinx -b html -c . -d $(BUILD)/doctrees -W --keep-going
@@ -16,12 +23,14 @@ SPHINX := $(BIN)/python -m sphinx -b html -c . -d $(BUILD)/doctrees -W --keep-go
 GUIDES := $(basename $(notdir $(shell grep -l '^jupytext:' docs/*.md)))
 PORT ?= 8000
 
-.PHONY: help setup check-env html test portability lint bench sync execute serve clean
+comma := ,
+
+.PHONY: help setup setup-colab check-env html test portability lint bench sync execute serve clean
 
 help:
 	@echo "make html     set up, execute every guide, build the site into $(HTML)"
 	@echo "make test     set up and run the tests (lint, pairing, build, nbval, browser, site checks)"
-	@echo "make portability  execute every guide under a second CPU profile, compare stored outputs"
+	@echo "make portability  execute every guide under a second profile (Python $(COLAB_PYTHON), another CPU), compare"
 	@echo "make lint     ruff over the notebooks' code, the tests and tools/"
 	@echo "make bench    time a clean build, rebuilds and each guide executed bare"
 	@echo "make sync     write each docs/NAME.md into notebooks/NAME.ipynb, keeping outputs"
@@ -52,6 +61,25 @@ $(STAMP): requirements.txt requirements-tpu.txt
 	  echo "error: matplotlib, just installed into $(VENV), does not import; see above."; exit 1; }
 	@touch $@
 
+setup-colab: $(STAMP_COLAB)
+
+$(STAMP_COLAB): requirements.txt $(STAMP)
+	@py=$$(for p in $(PYTHON_COLAB) python$(COLAB_PYTHON) $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(COLAB_PYTHON)*/bin/python$(COLAB_PYTHON) 2>/dev/null); do \
+	  "$$p" -c 'import sys, venv, ensurepip; assert sys.version_info[:2] == ($(subst .,$(comma) ,$(COLAB_PYTHON)))' 2>/dev/null && { echo "$$p"; break; }; \
+	done); test -n "$$py" || { \
+	  echo "error: no Python $(COLAB_PYTHON) with venv found (Colab's Python, for make portability's second profile)."; \
+	  echo "       Install it (pyenv install $(COLAB_PYTHON), or your system's python$(COLAB_PYTHON)-venv), or run make PYTHON_COLAB=/path/to/python$(COLAB_PYTHON)."; exit 1; }; \
+	echo "Installing requirements.txt into $(VENV_COLAB) with $$py ..."; \
+	{ test -x $(VENV_COLAB)/bin/python || "$$py" -m venv $(VENV_COLAB); } && \
+	$(VENV_COLAB)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt || { \
+	  echo "error: installing requirements.txt into $(VENV_COLAB) failed; see pip's message above."; \
+	  echo "       Remove $(VENV_COLAB) and run make again."; exit 1; }
+	@# The TPU compiler is one build for every Python: share .venv's (guide_helpers/tpu.py finds it there).
+	@ln -sfn ../$(LIBTPU_DIR) $(VENV_COLAB)/libtpu
+	@$(VENV_COLAB)/bin/python -c 'import matplotlib.pyplot' || { \
+	  echo "error: matplotlib, just installed into $(VENV_COLAB), does not import; see above."; exit 1; }
+	@touch $@
+
 # An installed environment that no longer works (a removed package, a Python that was upgraded
 # under the venv) is named as such, instead of failing deep inside Sphinx. Finding the packages,
 # rather than importing them, keeps this check to a few milliseconds.
@@ -76,13 +104,14 @@ html: check-env
 # against that execution with nbval's own comparison (strict, tests/nbval_sanitize.cfg).
 PYTEST_ARGS := -p no:cacheprovider -W error tests
 
-test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS) -m "not portability"
+test: lint $(STAMP_COLAB)
+	PORTABILITY_PYTHON=$(abspath $(VENV_COLAB))/bin/python $(BIN)/python -m pytest $(PYTEST_ARGS) -m "not portability"
 
-# The stored outputs against one more execution of every guide under a second CPU profile (XLA's
-# ISA capped, another OpenBLAS kernel, one core): tests/test_portability.py. CI runs it too.
-portability: check-env
-	$(BIN)/python -m pytest $(PYTEST_ARGS) -m portability
+# The stored outputs against one more execution of every guide under a second profile (Colab's
+# Python, XLA's ISA capped, another OpenBLAS kernel, one core): tests/test_portability.py. CI runs
+# it too; `make test` uses that profile once, to prove that the check catches a float's digits.
+portability: check-env $(STAMP_COLAB)
+	PORTABILITY_PYTHON=$(abspath $(VENV_COLAB))/bin/python $(BIN)/python -m pytest $(PYTEST_ARGS) -m portability
 
 LINTED := notebooks tests tools guide_helpers conf.py
 lint: check-env

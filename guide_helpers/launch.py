@@ -5,6 +5,7 @@
 that `jax.distributed.initialize` needs, waits for all of them within `timeout` seconds, and
 returns {process id: stdout lines}. It never leaves a process behind: when one fails, or the time
 is up, it kills the others and raises `LaunchError` with every process's exit status and output.
+Processes print without colour (`child.environ`), so `child.raised` reads their errors.
 `send=Signal(process, when, signal)` injects a fault: the signal goes to that process once a line
 of its stdout starts with `when` (a preemption's SIGTERM, a SIGKILL mid-save).
 `configure=like_srun(tasks_per_node)` starts them as `srun` would, with Slurm's variables.
@@ -19,6 +20,8 @@ import sys
 import tempfile
 import time
 from typing import NamedTuple
+
+from guide_helpers.child import environ
 
 
 def free_port():
@@ -168,12 +171,11 @@ def launch(
         try:
             for i in range(num_processes) if start is None else start:
                 extra_args, extra_env = configure(i, num_processes, port)
-                env = {
-                    **os.environ,
+                env = environ({
                     "XLA_FLAGS": xla_flags(devices_per_process, os.environ.get("XLA_FLAGS", "")),
                     "JAX_PLATFORMS": "cpu",
                     **extra_env,
-                }
+                })  # fmt: skip
                 with open(f"{logs}/{i}.out", "w") as out, open(f"{logs}/{i}.err", "w") as err:
                     command = [sys.executable, script, *extra_args, *args]
                     processes[i] = subprocess.Popen(

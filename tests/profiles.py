@@ -1,10 +1,11 @@
-"""Two CPU profiles: this machine as it is, and a second that differs from it in every way a
+"""Two profiles: this machine as it is, and a second that differs from it in every way a
 stored output could depend on (tests/test_portability.py executes the guides under it).
 
-The second profile caps XLA's vector ISA one step below this CPU's (`--xla_cpu_max_isa`), makes
-NumPy's OpenBLAS take another kernel (`OPENBLAS_CORETYPE`), and pins the run to one core
-(`taskset`), all at once. `probe(profile)` reports what a process under a profile really gets,
-so a test can check that each difference took effect instead of assuming it.
+The second profile runs another Python, Colab's (a venv of its own, made by the Makefile and
+named by PORTABILITY_PYTHON), caps XLA's vector ISA one step below this CPU's
+(`--xla_cpu_max_isa`), makes NumPy's OpenBLAS take another kernel (`OPENBLAS_CORETYPE`), and pins
+the run to one core (`taskset`), all at once. `probe(profile)` reports what a process under a
+profile really gets, so a test can check that each difference took effect instead of assuming it.
 """
 
 import json
@@ -36,6 +37,7 @@ def loss(w, x):
 jax.jit(jax.grad(loss))(jnp.ones((256, 512)), jnp.ones((64, 256))).block_until_ready()
 blas = [i for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"]
 json.dump({
+    "python": "%d.%d" % sys.version_info[:2],
     "blas_kernel": blas[0]["architecture"] if blas else None,
     "cpus": len(os.sched_getaffinity(0)),
 }, sys.stdout)
@@ -47,13 +49,14 @@ class Profile:
     name: str
     env: dict = field(default_factory=dict)  # set on top of this process's environment
     prefix: list = field(default_factory=list)  # the command runs under it (taskset)
+    python: str = sys.executable  # a command's Python (sys.executable in it is replaced)
     changes: dict = field(default_factory=dict)  # {what: value}, for reports
 
     def environ(self):
         return {**os.environ, **self.env}
 
     def command(self, cmd):
-        return [*self.prefix, *cmd]
+        return [*self.prefix, *(self.python if part == sys.executable else part for part in cmd)]
 
 
 def cpu_flags():
@@ -66,9 +69,21 @@ def default_profile():
     return Profile("this machine")
 
 
+def second_python():
+    """Colab's Python in its venv (`make setup-colab`), named by PORTABILITY_PYTHON."""
+    python = os.environ.get("PORTABILITY_PYTHON", "")
+    if not Path(python).is_file():
+        raise RuntimeError(
+            f"PORTABILITY_PYTHON={python!r} is no Python: run the tests with `make test` or "
+            "`make portability`, which make the second profile's venv (.venv-colab) first"
+        )
+    return python
+
+
 def second_profile(default_probe):
     """The second profile, chosen against what this machine's default profile gets."""
     flags = cpu_flags()
+    python = second_python()
     isa = next((cap for cap, needs in ISA_CAPS if needs in flags), None)
     blas = next(
         (k for k, needs in BLAS_KERNELS if needs in flags and k != default_probe["blas_kernel"]),
@@ -88,7 +103,13 @@ def second_profile(default_probe):
             "OPENBLAS_CORETYPE": blas,
         },
         prefix=["taskset", "-c", str(cpu)],
-        changes={"XLA's ISA": f"at most {isa}", "OpenBLAS kernel": blas, "cores": 1},
+        python=python,
+        changes={
+            "Python": python,
+            "XLA's ISA": f"at most {isa}",
+            "OpenBLAS kernel": blas,
+            "cores": 1,
+        },
     )
 
 
@@ -125,6 +146,8 @@ def probe(profile, timeout=300):
 def not_taken_effect(default, second, profile):
     """What the second profile was meant to change but did not, as sentences ([] if all did)."""
     missing = []
+    if second["python"] == default["python"]:
+        missing.append(f"Python: {second['python']} in both ({profile.python})")
     isa = profile.env["XLA_FLAGS"].rsplit("--xla_cpu_max_isa=", 1)[1]
     kind = "avx512_only_instructions" if isa == "AVX2" else "fma_instructions"
     if not default[kind] or second[kind]:

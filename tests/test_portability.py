@@ -1,10 +1,11 @@
 """The stored outputs are the same on another machine: `make portability`.
 
-Every guide is executed once more, in the site's real Sphinx build, under a second CPU profile
-(tests/profiles.py): XLA's vector ISA capped one step below this CPU's, another OpenBLAS kernel
-for NumPy, one core. Each stored notebook is then compared with that execution by the same nbval
-comparison as tests/test_outputs.py. A stored output that depends on the CPU, its ISA, the BLAS
-kernel or the core count fails here, naming the guide, the cell and both outputs.
+Every guide is executed once more, in the site's real Sphinx build, under a second profile
+(tests/profiles.py): Colab's Python (3.13, its own venv), XLA's vector ISA capped one step below
+this CPU's, another OpenBLAS kernel for NumPy, one core. Each stored notebook is then compared
+with that execution by the same nbval comparison as tests/test_outputs.py. A stored output that
+depends on the Python version, the CPU, its ISA, the BLAS kernel or the core count fails here,
+naming the guide, the cell and both outputs.
 
 The tests marked `portability` run under `make portability` (and CI); the last test, which
 proves that the check catches what it should, runs under `make test`.
@@ -64,6 +65,9 @@ def test_every_guide_executes_under_the_second_profile(second_build, profiles):
         + result.stdout[-20000:]
     )
     assert sorted(executed) == sorted(guide_names())
+    pythons = {name: nb.metadata.language_info.version for name, nb in executed.items()}
+    wanted = profiles[2]["python"]  # what the probe found under the second profile
+    assert all(v.startswith(wanted + ".") for v in pythons.values()), (wanted, pythons)
 
 
 @pytest.mark.portability

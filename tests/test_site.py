@@ -180,7 +180,7 @@ def pip_install_in_colab(cell, monkeypatch, tmp_path, vendors):
     [
         ("CPU", ["0x8086", "0x1af4"], "jax=="),
         ("GPU (NVIDIA T4, L4, A100)", ["0x8086", "0x10de"], "jax[cuda12]=="),
-        ("TPU (v2-8, v5e-1, v6e-1)", ["0x8086", "0x1ae0", "0x1ae0"], "jax[tpu]=="),
+        ("TPU (v5e-1, v6e-1, v5e-8)", ["0x8086", "0x1ae0", "0x1ae0"], "jax[tpu]=="),
     ],
 )
 def test_the_install_cell_keeps_the_runtimes_accelerator(
@@ -220,6 +220,16 @@ def test_ci_and_read_the_docs_build_the_same_way():
     assert "-c ." in rtd and "-W" in rtd and "--keep-going" in rtd
     assert "nb_execution_mode=force" in rtd
     assert "requirements.txt" in rtd
+    # Read the Docs builds the site with the Python that `make portability` proves (Colab's).
+    proved = re.search(r"^COLAB_PYTHON := ([\d.]+)$", (ROOT / "Makefile").read_text(), re.M)[1]
+    assert re.search(rf'^\s+python: "{re.escape(proved)}"', rtd, re.M), (proved, rtd)
+
+
+def test_no_page_names_a_runtime_that_no_longer_exists():
+    """Colab retired its TPU v2-8 in September 2025 (colabtools#5566): no advice may name it."""
+    texts = [ROOT / "README.md", *DOCS.glob("*.md"), *(ROOT / "guide_helpers").glob("*.py")]
+    stale = [p.relative_to(ROOT) for p in texts if re.search(r"v2-8|v2_8", p.read_text())]
+    assert not stale, f"these name Colab's retired TPU v2-8: {stale}"
 
 
 def test_pre_commit_hooks_use_the_pinned_versions():
@@ -230,7 +240,7 @@ def test_pre_commit_hooks_use_the_pinned_versions():
     assert revs.get("ruff-pre-commit") == pinned["ruff"], f"ruff hook {revs}, pin {pinned['ruff']}"
     assert re.search(r"id: jupytext\s+args: \[--sync\]", config), "the jupytext hook must --sync"
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^test: lint$", makefile, re.M), "`make test` must run `make lint` first"
+    assert re.search(r"^test: lint\b", makefile, re.M), "`make test` must run `make lint` first"
 
 
 def test_colab_link_of_every_guide_opens_its_own_notebook():
