@@ -16,7 +16,17 @@ against each other. Everything is per device and per train step.
 - `estimate(...)`: all of it, and the roofline `StepTime` on a chip.
 
 Mixed precision throughout: f32 master weights and f32 Adam moments (12 bytes per parameter),
-a bf16 copy of the weights for the matrix products, f32 gradient accumulators.
+a bf16 copy of the weights for the matrix products, f32 gradient accumulators. Two of its byte
+counts are this site's programs', not the leanest practice, and `memory` takes others:
+`GRADIENT_BYTES` (10: an f32 micro-batch gradient beside the f32 accumulator and the bf16
+weights; frameworks that accumulate bf16 gradients into an f32 main gradient hold 6,
+`LEAN_GRADIENT_BYTES`) and `LOGIT_BYTES` (14: the loss materializes f32 logits and their
+gradient; a fused cross-entropy holds the bf16 logits only, `FUSED_LOGIT_BYTES`).
+
+Communication: inside a node, a GPU's NVLink; for a TPU, pass the slice (`node`), whose links
+`roofline.Slice.bandwidth` counts. Tensor parallelism's all-reduces are exposed (no collective
+matmul). A deferred (HSDP) reduction hides only behind the last micro-batch's backward pass, the
+one window where the summed gradients are being made; `Estimate.window` is that window.
 """
 
 import math
@@ -40,6 +50,10 @@ SCORE_BYTES = 1 + 4 + 4 + 2 + 4
 # per logit, in the loss: bf16 logits (2); f32 logits, log-probabilities and their gradient (4
 # each)
 LOGIT_BYTES = 2 + 4 + 4 + 4
+# the leaner practice: a bf16 micro-batch gradient summed into an f32 main gradient; a fused
+# (or chunked) cross-entropy that keeps the bf16 logits and never their f32 copies
+LEAN_GRADIENT_BYTES = 4 + 2
+FUSED_LOGIT_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -145,9 +159,14 @@ def activations_per_layer(config, layout, b, remat, flash=False):
     raise ValueError(f"remat must be one of {REMAT}, not {remat!r}")
 
 
-def memory(config, layout, micro_batches, remat, flash=False):
+def memory(
+    config, layout, micro_batches, remat, flash=False, gradient_bytes=None, logit_bytes=None
+):
     """Bytes per device, part by part. `flash=True` drops the attention scores: an attention
-    kernel that never materializes them (a GPU's flash attention) holds O(seq) instead."""
+    kernel that never materializes them (a GPU's flash attention) holds O(seq) instead.
+    `gradient_bytes` and `logit_bytes` replace GRADIENT_BYTES and LOGIT_BYTES."""
+    gradient_bytes = GRADIENT_BYTES if gradient_bytes is None else gradient_bytes
+    logit_bytes = LOGIT_BYTES if logit_bytes is None else logit_bytes
     b = sequences_per_device(config, layout, micro_batches)
     p, S, t = params_per_device(config, layout), config.seq, layout.tensor
     scores = 0 if flash else SCORE_BYTES * b * config.heads // t * S * S
@@ -155,10 +174,10 @@ def memory(config, layout, micro_batches, remat, flash=False):
     return {
         "state": STATE_BYTES * p,
         "tokens": 4 * micro_batches * b * (S + 1),
-        "gradients": GRADIENT_BYTES * p,
+        "gradients": gradient_bytes * p,
         "saved activations": saved,
         "attention scores": scores,
-        "logits": LOGIT_BYTES * b * S * config.vocab // t,
+        "logits": logit_bytes * b * S * config.vocab // t,
     }
 
 
@@ -183,6 +202,14 @@ def flops(config, layout, remat):
     return base + extra
 
 
+def forward_flops(config, layout):
+    """Matrix-product FLOPs of one forward pass per device per step: 2 per matrix weight and
+    token, and attention's two products over the whole square."""
+    tokens = config.batch * config.seq / layout.devices
+    attention = 4 * config.layers * config.embed * config.seq * tokens
+    return 2 * config.matmul_params * tokens + attention
+
+
 def model_flops(config, layout):
     """The FLOPs utilization counts: no remat, and attention's causal half only."""
     return flops(config, layout, "none") - 1.5 * 4 * config.layers * config.embed * config.seq * (
@@ -190,36 +217,55 @@ def model_flops(config, layout):
     )
 
 
-def traffic(config, layout, micro_batches, remat, wire=2, reduce_passes=1):
-    """Bytes each device sends per step over {"NVLink", "network"}, as rings.
-
-    Per micro-batch, the FSDP group all-gathers the weights forward and again backward and
-    reduces the gradients (`reduce_passes`: 1, a reduce-scatter; 2, an all-reduce as XLA's CPU
-    backend emits). A group spanning nodes runs hierarchically
-    (`roofline.collective_on_links`): the network carries 1/k of each array per device. A
-    deferred (HSDP) step all-reduces the f32 gradient shard across nodes once. Tensor
-    parallelism all-reduces x[b, seq, embed] twice per block forward and twice backward, and
-    twice more where remat recomputes the forward. `wire` is the bytes of a value on the wire:
-    2 for bf16, 4 for the f32 XLA's CPU sends.
-    """
+def traffic_parts(config, layout, micro_batches, remat, wire=2, reduce_passes=1):
+    """Bytes each device sends per step, by what can hide them: {"fsdp": {link: bytes},
+    "deferred": {"network": bytes}, "tensor": {"NVLink": bytes}} (see `traffic`)."""
     sharded = (config.params - config.replicated) / layout.tensor  # the FSDP group's whole array
     k = layout.fsdp // layout.fsdp_nodes  # FSDP devices per node
     m = layout.fsdp_nodes
-    passes = 2 + reduce_passes  # two all-gathers and the reduction
-    per_micro = {
-        "NVLink": ring(k, wire * sharded, passes) if k > 1 else 0.0,
-        "network": ring(m, wire * sharded / k, passes) if m > 1 else 0.0,
+    array = wire * sharded
+    if m > 1:  # the gathers (and a reduce-scatter) in a flat ring; an all-reduce hierarchical
+        flat = ring(k * m, array, 2 + (reduce_passes == 1))  # 1 hop in k leaves the node
+        per_micro = {"NVLink": flat * (k - 1) / k, "network": flat / k}
+        if reduce_passes == 2:
+            per_micro["NVLink"] += ring(k, array, 2) if k > 1 else 0.0
+            per_micro["network"] += ring(m, array / k, 2)
+    else:
+        per_micro = {"NVLink": ring(k, array, 2 + reduce_passes) if k > 1 else 0.0, "network": 0.0}
+    parts = {
+        "fsdp": {link: micro_batches * n for link, n in per_micro.items()},
+        "deferred": {"network": 0.0},
+        "tensor": {"NVLink": 0.0},
     }
-    sent = {link: micro_batches * n for link, n in per_micro.items()}
     if layout.deferred:
         nodes = layout.devices // layout.node_size
-        sent["network"] += ring(nodes, 4 * sharded / layout.fsdp, 2)
+        parts["deferred"]["network"] = ring(nodes, 4 * sharded / layout.fsdp, 2)
     if layout.tensor > 1:
         b = sequences_per_device(config, layout, micro_batches)
         x = wire * b * config.seq * config.embed
         per_block = 4 + (2 if remat != "none" else 0)
         runs = micro_batches * config.layers * per_block
-        sent["NVLink"] += runs * ring(layout.tensor, x, 2)
+        parts["tensor"]["NVLink"] = runs * ring(layout.tensor, x, 2)
+    return parts
+
+
+def traffic(config, layout, micro_batches, remat, wire=2, reduce_passes=1):
+    """Bytes each device sends per step over {"NVLink", "network"}, as rings.
+
+    Per micro-batch, the FSDP group all-gathers the weights forward and again backward and
+    reduces the gradients (`reduce_passes`: 1, a reduce-scatter; 2, an all-reduce as XLA's CPU
+    backend emits). A group spanning nodes runs as NCCL runs it (`roofline.collective_on_links`):
+    the gathers and a reduce-scatter as one flat ring of the group, a node's k NICs sharing its
+    crossings; an all-reduce hierarchically, 1/k of each array per device on the network. A
+    deferred (HSDP) step all-reduces the f32 gradient shard across nodes once. Tensor
+    parallelism all-reduces x[b, seq, embed] twice per block forward and twice backward, and
+    twice more where remat recomputes the forward. `wire` is the bytes of a value on the wire:
+    2 for bf16, 4 for the f32 XLA's CPU sends.
+    """
+    sent = {"NVLink": 0.0, "network": 0.0}
+    for part in traffic_parts(config, layout, micro_batches, remat, wire, reduce_passes).values():
+        for link, nbytes in part.items():
+            sent[link] += nbytes
     return sent
 
 
@@ -231,6 +277,10 @@ class Estimate:
     sent: dict  # bytes per device per step, {"NVLink": ..., "network": ...}
     time: StepTime
     tokens: int  # per step, all devices
+    # seconds at the peak that a deferred cross-node reduction can hide behind: the last
+    # micro-batch's backward pass (the whole compute when nothing is deferred)
+    window: float = 0.0
+    deferred: float = 0.0  # bytes of that reduction each device sends over the network
 
     @property
     def peak(self):
@@ -247,37 +297,74 @@ class Estimate:
         """Model FLOPs utilization of a step that takes `seconds`."""
         return self.model_flops / (seconds * chip.flops)
 
+    def network_breakeven(self, efficiency=1.0):
+        """Bytes/s per device of network below which the network traffic no longer hides: the
+        per-micro-batch traffic against the whole compute, a deferred reduction against its
+        window, both at `efficiency` of the peak FLOP/s (a whole-step MFU, say)."""
+        spread = self.sent["network"] - self.deferred
+        needs = [spread / (self.time.compute / efficiency)] if spread else [0.0]
+        if self.deferred:
+            needs.append(self.deferred / (self.window / efficiency))
+        return max(needs)
 
-def estimate(config, layout, chip, micro_batches, remat, flash=True, wire=2, reduce_passes=1):
+
+def estimate(
+    config, layout, chip, micro_batches, remat, flash=True, wire=2, reduce_passes=1, node=None,
+    gradient_bytes=None, logit_bytes=None,
+):  # fmt: skip
     """Memory, FLOPs, bytes per link and the roofline step time of a plan on `chip`.
 
-    Communication time is each link's bytes over its bandwidth (NVLink, or the chip's share of
-    the network), the two links working at once: the step waits for the slower. Adam's update
-    (`UPDATE_BYTES` per parameter of the device's shard) is priced at HBM speed.
+    Inside a node the bandwidth is a GPU's NVLink, or the TPU slice `node`'s rings
+    (`roofline.Slice.bandwidth`): a TPU chip with traffic inside its slice needs `node`. Across
+    nodes, the chip's share of the network. FSDP's traffic can hide behind the compute (the
+    step waits for the slower link); tensor parallelism's all-reduces are exposed (no collective
+    matmul); a deferred reduction hides only behind the last micro-batch's backward pass, and
+    what overruns that window is exposed. Adam's update (`UPDATE_BYTES` per parameter of the
+    device's shard) is priced at HBM speed.
     """
+    parts = traffic_parts(config, layout, micro_batches, remat, wire, reduce_passes)
     sent = traffic(config, layout, micro_batches, remat, wire, reduce_passes)
-    seconds = max(sent["NVLink"] / chip.link_bandwidth, sent["network"] / chip.network_bandwidth)
+    if node is not None:
+        inside = node.bandwidth()
+    elif chip.is_gpu or not sent["NVLink"]:
+        inside = chip.link_bandwidth
+    else:
+        raise ValueError(
+            f"a {chip.name} slice's rings use several ICI links: pass node=roofline.Slice("
+            f"chip, shape) so that its bandwidth counts them, not one link"
+        )
     work = flops(config, layout, remat)
+    backward = (work - forward_flops(config, layout)) / micro_batches
+    window = backward / chip.flops if layout.deferred else work / chip.flops
+    net = chip.network_bandwidth
+    hidable = max(parts["fsdp"]["NVLink"] / inside, parts["fsdp"]["network"] / net)
+    overrun = max(0.0, parts["deferred"]["network"] / net - window) if layout.deferred else 0.0
     return Estimate(
-        memory=memory(config, layout, micro_batches, remat, flash),
+        memory=memory(config, layout, micro_batches, remat, flash, gradient_bytes, logit_bytes),
         flops=work,
         model_flops=model_flops(config, layout),
         sent=sent,
         time=StepTime(
             compute=work / chip.flops,
-            communication=seconds,
+            communication=hidable,
             hbm=UPDATE_BYTES * params_per_device(config, layout) / chip.hbm_bandwidth,
+            exposed=parts["tensor"]["NVLink"] / inside + overrun,
+            model_compute=model_flops(config, layout) / chip.flops,
         ),
         tokens=config.batch * config.seq,
+        window=window,
+        deferred=parts["deferred"]["network"],
     )
 
 
-def fix(config, layout, chip, micro_batches, remat, headroom=0.1):
+def fix(config, layout, chip, micro_batches, remat, headroom=0.1, **accounting):
     """The cheapest change that makes a plan fit with `headroom`, as (micro-batches, remat,
     layout), or None if nothing here does. Tried in the order of what they cost: more
-    micro-batches (smaller matrix products, same FLOPs), then a remat policy that recomputes more
-    ("dots", then "block": more FLOPs), then the state sharded over every device (FSDP across
-    nodes: weights over the network every micro-batch)."""
+    micro-batches (smaller matrix products, the same FLOPs; under FSDP, a weight gather per
+    micro-batch more), then a remat policy that recomputes more ("dots", then "block": more
+    FLOPs), then the state sharded over every device (FSDP across nodes: weights over the network
+    every micro-batch). It tries no other layout: not tensor, pipeline or context parallelism,
+    ZeRO-1 or host offload. `accounting` (gradient_bytes, logit_bytes) goes to `estimate`."""
     whole = Layout(
         "FSDP over all devices", layout.devices, layout.node_size, layout.devices,
         math.ceil(layout.devices / layout.node_size), layout.tensor, layout.batch_shards,
@@ -291,7 +378,7 @@ def fix(config, layout, chip, micro_batches, remat, headroom=0.1):
     for candidate in candidates:
         for policy in policies:
             for count in counts:
-                e = estimate(config, candidate, chip, count, policy)
+                e = estimate(config, candidate, chip, count, policy, **accounting)
                 if e.fits(chip, headroom):
                     return count, policy, candidate.name
     return None

@@ -8,10 +8,17 @@ how fast its links carry bytes. Dividing one by the other gives two times:
 - `communication` = bytes sent / the bandwidth of the links the collective runs on.
 
 A real step takes at least the larger of the two (`overlapped`: communication fully hidden behind
-compute) and at most roughly their sum (`serial`: nothing hidden). `hbm` = bytes read and written
-in HBM / HBM bandwidth prices the optimizer's update, which waits for the gradients: both bounds
-add it. `StepTime.calibrated` widens the bounds by measured efficiencies (`MEASURED`): real
-kernels reach a fraction of the peak, real links a fraction of theirs.
+compute) and at most roughly their sum (`serial`: nothing hidden). `exposed` is communication
+that nothing can hide: a tensor-parallel layer's all-reduces, which the next layer waits for,
+unless a collective matmul splits the product to overlap them (XLA's windowed einsum, PyTorch's
+async TP); both bounds add it. `hbm` = bytes read and written in HBM / HBM bandwidth prices the
+optimizer's update, which waits for the gradients: both bounds add it.
+
+`StepTime.calibrated` prices a step at the whole-step efficiency real training reaches
+(`MEASURED`, the MFU of published runs): that figure already holds whatever those runs did not
+hide, so the calibrated time is the compute at that MFU, or the links at their measured rate
+where the step is bound by them, plus the exposed communication. `verdict` compares layouts at
+the same efficiencies, since one chip's efficiency is common to every layout on it.
 
 Links. Every bandwidth here is one direction. A TPU chip has `links` ICI links of
 `link_bandwidth` each, two per axis of its slice's grid; a ring collective over some axes of a
@@ -19,7 +26,9 @@ slice uses, per chip, 2 links along each axis that wraps around (a torus) and 1 
 does not (a line), so its bandwidth comes from the slice's shape (`Slice.bandwidth`). A GPU sends
 to the NVSwitch of its node over all its NVLinks at once: one "link" of `link_bandwidth`, whatever
 the group inside the node. Between nodes (or TPU slices) every chip has its own share of the
-network, `network_bandwidth`; collectives there are hierarchical (`hierarchical_all_reduce`).
+network, `network_bandwidth`. An all-reduce across nodes is hierarchical
+(`hierarchical_all_reduce`); NCCL runs all-gathers and reduce-scatters across nodes as flat
+rings, one per channel, each NIC carrying (n - 1) / n of every pass (`collective_on_links`).
 
 Every figure in `CHIPS` is dense bf16 FLOP/s (no structured sparsity) and one direction of
 bandwidth. Some sources print bandwidth as both directions added up, and NVIDIA prints Hopper's
@@ -46,7 +55,7 @@ class Chip:
     # its host's data-center network): a typical configuration, not a property of the chip
     network_bandwidth: float
     chips_per_host: int  # chips that share a host (and its NICs)
-    torus_every: int  # a TPU slice wraps around when every side is a multiple; 0: no torus
+    torus_every: int  # a TPU slice's axis wraps around when its side is a multiple; 0: never
     sources: tuple[str, ...]  # public URLs the figures come from
     notes: str = ""  # what the sources print, and how it was converted
 
@@ -82,8 +91,9 @@ CHIPS = {
             notes=(
                 "197 TFLOP/s bf16; HBM 16 GB at 819 GB/s (one version of the page says "
                 "800 GiBps, 859 GB/s; this uses 819); ICI 400 GB/s per chip, both directions "
-                "added, halved, over 4 links (a 2-D grid): 50 GB/s a link; a torus only as "
-                "the full 16x16 pod; data-center network: 2 x 100 Gbps NICs per host of 8 "
+                "added, halved, over 4 links (a 2-D grid): 50 GB/s a link (the scaling book "
+                "gives 45, the lower end); an axis wraps around only at the pod's side of 16; "
+                "data-center network: 2 x 100 Gbps NICs per host of 8 "
                 "chips, 25 Gb/s per chip"
             ),
         ),
@@ -100,9 +110,10 @@ CHIPS = {
             sources=(TPU_V5P, TPU_LINKS),
             notes=(
                 "459 TFLOP/s bf16; HBM 95 GiB at 2,765 GB/s; ICI 1,200 GB/s per chip, both "
-                "directions added, halved, over 6 links (a 3-D grid): 100 GB/s a link; a "
-                "torus only for slices of whole 4x4x4 cubes; data-center network 50 Gbps per "
-                "chip, 4 chips per host"
+                "directions added, halved, over 6 links (a 3-D grid): 100 GB/s a link (the "
+                "scaling book gives 90, the lower end); an axis wraps around where its side is "
+                "a multiple of 4 (whole 4x4x4 cubes); data-center network 50 Gbps per chip, 4 "
+                "chips per host"
             ),
         ),
         Chip(
@@ -156,19 +167,24 @@ class Slice:
     def chips(self):
         return math.prod(self.shape)
 
+    def wraps(self, axis):
+        """True where the slice wraps around along `axis`: its side is a multiple of the chip's
+        `torus_every` (4 for v5p, whose slices of whole 4x4x4 cubes wrap; 16 for v5e, the
+        pod's side, so a v5e 8x16 wraps along its 16 and not its 8). Wraparound is per axis."""
+        every = self.chip.torus_every
+        return bool(every) and self.shape[axis] % every == 0
+
     @property
     def torus(self):
-        """True where the slice wraps around: a TPU slice whose every side is a multiple of
-        the chip's `torus_every` (whole 4x4x4 cubes for v5p, the 16x16 pod for v5e)."""
-        every = self.chip.torus_every
-        return bool(every) and all(side % every == 0 for side in self.shape)
+        """True where the slice wraps around along every axis."""
+        return all(self.wraps(a) for a in range(len(self.shape)))
 
     def links(self, axes):
         """Links per chip a ring collective over these grid axes uses: 2 along an axis that
         wraps around, 1 along one that does not; a GPU's NVLink counts as 1."""
         if self.chip.is_gpu:
             return 1 if any(self.shape[a] > 1 for a in axes) else 0
-        return sum((2 if self.torus else 1) for a in axes if self.shape[a] > 1)
+        return sum((2 if self.wraps(a) else 1) for a in axes if self.shape[a] > 1)
 
     def bandwidth(self, axes=None):
         """Bytes/s per chip, one direction, of a ring collective over `axes` (all by default)."""
@@ -213,75 +229,123 @@ def hierarchical_all_reduce(nbytes, node, nodes):
 @dataclass(frozen=True)
 class StepTime:
     compute: float  # seconds: flops / chip.flops
-    communication: float  # seconds: bytes / bandwidth, summed over the collectives
+    communication: float  # seconds: bytes / bandwidth of the collectives compute can hide
     # seconds: bytes read and written in HBM / chip.hbm_bandwidth, for element-wise work that
     # overlaps neither compute nor communication (the optimizer's update); 0 if not priced
     hbm: float = 0.0
+    # seconds: bytes / bandwidth of the collectives nothing hides (a tensor-parallel layer's
+    # all-reduces without a collective matmul): on the critical path in every bound
+    exposed: float = 0.0
+    # seconds: the model's FLOPs (no recomputation) / chip.flops, what an MFU is a fraction of;
+    # None: the same as `compute`
+    model_compute: float | None = None
 
     @property
     def overlapped(self) -> float:
-        """max(compute, communication) + hbm: the best case, every byte sent while computing."""
-        return max(self.compute, self.communication) + self.hbm
+        """max(compute, communication) + exposed + hbm: the best case, every byte that can be
+        sent while computing sent then."""
+        return max(self.compute, self.communication) + self.exposed + self.hbm
 
     @property
     def serial(self) -> float:
-        """compute + communication + hbm: the worst case, nothing sent while computing."""
-        return self.compute + self.communication + self.hbm
+        """compute + communication + exposed + hbm: the worst case, nothing sent while
+        computing."""
+        return self.compute + self.communication + self.exposed + self.hbm
 
     @property
     def bound(self) -> str:
-        """ "compute" or "communication": the larger of the two times (compute on a tie);
-        `hbm` does not enter, since it adds to both bounds alike."""
-        return "compute" if self.compute >= self.communication else "communication"
+        """ "compute" or "communication": the larger of the compute and all the communication
+        (compute on a tie); `hbm` does not enter, since it adds to both bounds alike."""
+        talk = self.communication + self.exposed
+        return "compute" if self.compute >= talk else "communication"
 
     def at(self, compute_efficiency, link_efficiency=1.0, hbm_efficiency=1.0):
-        """The same step on a chip whose kernels reach `compute_efficiency` of the peak (the
-        MFU), whose links reach `link_efficiency` of theirs, and HBM `hbm_efficiency`."""
+        """The same step on a chip whose compute reaches `compute_efficiency` of the peak,
+        whose links reach `link_efficiency` of theirs, and HBM `hbm_efficiency`."""
+        model = None if self.model_compute is None else self.model_compute / compute_efficiency
         return StepTime(
             self.compute / compute_efficiency,
             self.communication / link_efficiency,
             self.hbm / hbm_efficiency,
+            self.exposed / link_efficiency,
+            model,
         )
 
     def dominates(self, other):
-        """No part of this step takes longer than the other's: then it is never slower, at
-        any efficiencies the calibration scales the parts by, overlapped or not."""
-        mine = (self.compute, self.communication, self.hbm)
-        theirs = (other.compute, other.communication, other.hbm)
+        """This step is never slower than the other, at any efficiencies the calibration
+        scales the parts by, overlapped or not: no more compute, update or exposed
+        communication, and no more communication in all (hidable and exposed together), so
+        that max(compute, hidable) + exposed is never larger either."""
+        mine = (self.compute, self.hbm, self.exposed, self.communication + self.exposed)
+        theirs = (other.compute, other.hbm, other.exposed, other.communication + other.exposed)
         # equal parts summed in another order may differ in the last bits: they count as equal
         return all(a <= b or math.isclose(a, b, rel_tol=1e-9) for a, b in zip(mine, theirs))
 
+    def at_mfu(self, mfu, link_efficiency=1.0, hbm_efficiency=1.0):
+        """The step at a whole-step MFU: the model's FLOPs at that fraction of the peak
+        (whatever the runs that measured it did not hide is inside it, recomputation too), or
+        the hidable communication at the links' rate where that is longer; plus the exposed
+        communication and the update. No overhead the MFU holds is added on top of it (the
+        update, which those runs shard, is small inside their figure; here it is priced for the
+        layout's own shard)."""
+        model = self.compute if self.model_compute is None else self.model_compute
+        hidden = max(model / mfu, self.communication / link_efficiency)
+        return hidden + self.exposed / link_efficiency + self.hbm / hbm_efficiency
+
     def calibrated(self, measured=None):
-        """(fastest, slowest) seconds: the overlapped time at the best measured efficiencies,
-        the serial time at the worst. A layout beats another only if its slowest is below the
-        other's fastest: inside the two ranges, the model cannot tell them apart."""
+        """(fastest, slowest) seconds: the step at the highest and at the lowest measured
+        efficiencies (`at_mfu`)."""
         m = measured or MEASURED
-        fast = self.at(m["mfu"][1], m["link"][1], m["hbm"][1]).overlapped
-        slow = self.at(m["mfu"][0], m["link"][0], m["hbm"][0]).serial
-        return fast, slow
+        return (
+            self.at_mfu(m["mfu"][1], m["link"][1], m["hbm"][1]),
+            self.at_mfu(m["mfu"][0], m["link"][0], m["hbm"][0]),
+        )
 
 
-# Efficiencies measured in public, (lowest, highest): what fraction of the data sheet's peak
-# real training reaches. MFU (model FLOPs utilization): Llama 3's pre-training on H100s,
-# 38-43% (Table 4 of arXiv 2407.21783), and PaLM's on TPU v4, 46.2% (arXiv 2204.02311). Links:
-# NCCL's developers give about 370 of NVLink's 450 GB/s one way as what its ring collectives
-# reach on H100 (nccl-tests issue 212), up to the full rate. HBM: element-wise kernels reach most
-# of the bandwidth; taken as 80-100% (an assumption, not a measurement).
+# Efficiencies measured in public, (lowest, highest). MFU (model FLOPs utilization) is a whole
+# run's: the model's FLOPs over the step time and the peak, with everything the run did not hide
+# (communication, pipeline bubbles, the update) inside it; it is not a matrix kernel's
+# efficiency, which is higher. Llama 3's pre-training on H100s reached 38-43% (Table 4 of arXiv
+# 2407.21783), PaLM's on TPU v4 46.2% (arXiv 2204.02311). Links: NCCL's developers give about
+# 370 of NVLink's 450 GB/s one way as what its ring collectives reach on H100 (nccl-tests issue
+# 212), up to the full rate; that is a GPU's figure, and `measured_for` gives a TPU's ICI the
+# scaling book's lower per-link figure instead. HBM: element-wise kernels reach most of the
+# bandwidth; taken as 80-100% (an assumption, not a measurement).
 MEASURED = {"mfu": (0.38, 0.462), "link": (370 / 450, 1.0), "hbm": (0.8, 1.0)}
 MEASURED_SOURCES = (
     "https://arxiv.org/abs/2407.21783",
     "https://arxiv.org/abs/2204.02311",
     "https://github.com/NVIDIA/nccl-tests/issues/212",
+    TPU_LINKS,
 )
+# The scaling book's one-way ICI per link against the data sheet's: 45 of 50 GB/s (v5e), 90 of
+# 100 (v5p).
+TPU_LINK = (0.9, 1.0)
+
+
+def measured_for(chip):
+    """MEASURED with the chip's own link range: NCCL's on a GPU, the scaling book's on a TPU."""
+    return MEASURED if chip.is_gpu else {**MEASURED, "link": TPU_LINK}
+
+
+def corners(measured=None):
+    """The efficiencies a comparison sweeps: each end of each measured range, as
+    (mfu, link, hbm) triples."""
+    m = measured or MEASURED
+    return [(c, link, h) for c in m["mfu"] for link in m["link"] for h in m["hbm"]]
 
 
 def verdict(times, measured=None):
-    """The layout whose slowest calibrated time is below every other's fastest, or None."""
-    ranges = {name: t.calibrated(measured) for name, t in times.items()}
-    for name, (_, slow) in ranges.items():
-        if all(slow < fast for other, (fast, _) in ranges.items() if other != name):
-            return name
-    return None
+    """The layouts that are the fastest (tied, if several) at every set of efficiencies in the
+    measured ranges, as a tuple in `times`' order; () if different layouts win at different
+    efficiencies. Layouts on one chip share its efficiencies, so they are compared at the same
+    ones, not range against range."""
+    winners = set()
+    for efficiencies in corners(measured):
+        at = {name: t.at_mfu(*efficiencies) for name, t in times.items()}
+        best = min(at.values())
+        winners.add(tuple(n for n, v in at.items() if math.isclose(v, best, rel_tol=1e-9)))
+    return winners.pop() if len(winners) == 1 else ()
 
 
 def step_time(flops_per_device, communication_seconds, chip, hbm_bytes_moved=0) -> StepTime:
@@ -328,7 +392,10 @@ def data_parallel_threshold(chip, bandwidth=None, bytes_per_param=2, devices=Non
         4 P T / flops >= 2 (n - 1) / n * P * bytes_per_param / bandwidth
         T >= (n - 1) / n * bytes_per_param * flops / (2 * bandwidth)
 
-    P cancels. With `devices=None`, (n - 1) / n is taken as 1, the large-ring limit.
+    P cancels. With `devices=None`, (n - 1) / n is taken as 1, the large-ring limit. T counts
+    the tokens of the backward pass the reduction overlaps: with gradient accumulation, a
+    reduction deferred to the end of the step hides only behind the last micro-batch's backward
+    pass, so T is then the tokens of one micro-batch.
     """
     bandwidth = bandwidth or default_bandwidth(chip)
     return _share(devices) * bytes_per_param * chip.flops / (2 * bandwidth)
@@ -338,7 +405,8 @@ def fsdp_threshold(chip, bandwidth=None, bytes_per_param=2, devices=None) -> flo
     """Tokens per device from which FSDP's traffic hides, pass by pass: the same as data
     parallelism's. Forward, one all-gather of the weights against 2 P T FLOPs; backward,
     another all-gather and a reduce-scatter of the gradients against 4 P T. Each gives
-    T >= (n - 1) / n * bytes_per_param * flops / (2 * bandwidth)."""
+    T >= (n - 1) / n * bytes_per_param * flops / (2 * bandwidth). With gradient accumulation
+    FSDP gathers and reduces again for every micro-batch: T is the tokens of one micro-batch."""
     bandwidth = bandwidth or default_bandwidth(chip)
     ring = _share(devices) * bytes_per_param / bandwidth  # seconds per parameter and pass
     forward = 1 * ring * chip.flops / 2  # tokens at which 2 P T FLOPs take as long as 1 pass
@@ -360,7 +428,10 @@ def tensor_parallel_threshold(chip, bandwidth=None, bytes_per_value=2, devices=N
         4 * embed * h / flops >= 2 (n - 1) / n * embed * bytes_per_value / bandwidth
         h >= (n - 1) / n * bytes_per_value * flops / (2 * bandwidth)
 
-    embed and the tokens cancel; 1.5 times the threshold of the whole step's totals.
+    embed and the tokens cancel; 1.5 times the threshold of the whole step's totals. It holds
+    only where a collective matmul splits the product so that its all-reduce overlaps it (XLA's
+    windowed einsum, PyTorch's async TP); without one, the next layer waits for every
+    all-reduce whatever h is (`StepTime.exposed`).
     """
     bandwidth = bandwidth or default_bandwidth(chip)
     return _share(devices) * bytes_per_value * chip.flops / (2 * bandwidth)
@@ -375,6 +446,26 @@ def cross_node_data_parallel_threshold(node, nodes=None, bytes_per_param=2) -> f
     across = share / (node.chips * node.chip.network_bandwidth)
     seconds_per_byte = 2 * max(inside, across)  # 2 ring passes of each gradient byte
     return seconds_per_byte * bytes_per_param * node.chip.flops / 4
+
+
+def ring_attention_block(chip, bandwidth, kv_fraction=1.0, skip_masked=False) -> float:
+    """Tokens a ring-attention block needs for every ring step to hide its own transfer.
+
+    Per ring step and device, in units of block x heads x head_dim: the forward pass computes
+    q k^T and p v, 4 block^2 FLOPs, while the next key and value blocks arrive, 2 x 2 bytes in
+    bf16 (`kv_fraction` of them: kv_heads / heads under grouped-query attention). Each step
+    must hide its own transfer; pooling passes would let one pass's spare FLOPs hide another's
+    bytes. The backward pass computes twice the FLOPs and sends at most twice the bytes (k, v,
+    dk and dv in a hand-written backward ring; `jax.grad` of the forward ring sends dk and dv),
+    so the forward pass binds:
+
+        4 block^2 / flops >= kv_fraction * 4 block / bandwidth
+        block >= kv_fraction * flops / bandwidth
+
+    Twice that where the ring skips the causal mask's masked work (half the FLOPs, the same
+    bytes).
+    """
+    return kv_fraction * chip.flops / bandwidth * (2 if skip_masked else 1)
 
 
 def with_link_bandwidth(chip, bandwidth):
@@ -395,13 +486,18 @@ def nodes_of(mesh, node_size):
 
 def collective_on_links(c, node, node_of):
     """({"NVLink": bytes, "network": bytes} each device sends, seconds) of one run of a
-    collective `c`, as multi-node libraries run it on `node`'s chips.
+    collective `c`, as NCCL runs it on `node`'s chips.
 
-    A group inside one node is a ring over NVLink. A group that spans m nodes, k devices on each,
-    runs hierarchically: a ring of the k inside each node over NVLink, and a ring of the m nodes
-    over the network that carries 1/k of the array per device (every device over its own NIC);
-    the two phases pipeline over chunks, so the collective takes the longer. A
-    collective-permute sends its array once, over the network if a pair crosses nodes.
+    A group inside one node is a ring over NVLink. A group that spans m nodes, k devices on each:
+    - an all-reduce runs hierarchically: a ring of the k inside each node over NVLink, and a
+      ring of the m nodes over the network that carries 1/k of the array per device (every
+      device over its own NIC); the phases pipeline over chunks, so it takes the longer;
+    - an all-gather or a reduce-scatter runs as one flat ring of all k m devices, node after
+      node (one ring per channel, each crossing between nodes on its own NIC): every device
+      sends (k m - 1) / (k m) of the array per pass, and m of the ring's k m hops cross nodes,
+      so 1/k of that goes over each device's NIC and the rest over NVLink. On 2 nodes of 8 that
+      is 1.875 times a hierarchical ring's network bytes.
+    A collective-permute sends its array once, over the network if a pair crosses nodes.
     """
     from guide_helpers.compiled import RING_PASSES, ring
 
@@ -419,8 +515,12 @@ def collective_on_links(c, node, node_of):
     k, m = max(per_node.values()), len(per_node)
     if len(set(per_node.values())) > 1:
         raise ValueError(f"a group with unequal devices per node: {group}")
-    inside = ring(k, whole, passes)
-    across = ring(m, whole / k, passes) if m > 1 else 0.0
+    if m > 1 and c.kind != "all-reduce":  # a flat ring over every device of the group
+        flat = ring(k * m, whole, passes)  # what each device sends; 1 hop in k leaves the node
+        inside, across = flat * (k - 1) / k, flat / k
+    else:
+        inside = ring(k, whole, passes)
+        across = ring(m, whole / k, passes) if m > 1 else 0.0
     seconds = max(inside / node.bandwidth(), across / node.chip.network_bandwidth)
     return {"NVLink": inside, "network": across}, seconds
 

@@ -88,11 +88,25 @@ def test_collective_on_links_inside_a_node_across_and_hierarchical_by_hand():
     assert roofline.collective_on_links(pairs, NODE, node_of) == (
         {"NVLink": 0.0, "network": 8e9}, 8e9 / 50e9
     )  # fmt: skip
-    # 8 devices, 4 on each node: 3/4 of the array over NVLink, 1/2 of a quarter over the network
-    everyone = collective("all-gather", 8e9, ((0, 1, 2, 3, 4, 5, 6, 7),))
-    sent, seconds = roofline.collective_on_links(everyone, NODE, node_of)
-    assert sent == {"NVLink": 6e9, "network": 1e9}
-    assert seconds == max(6e9 / 400e9, 1e9 / 50e9)  # the phases pipelined: the longer one
+    # An all-reduce over 8 devices, 4 on each node, runs hierarchically: 2 passes of 3/4 of
+    # the array over NVLink, 2 of 1/2 of a quarter over the network, pipelined: the longer one
+    everyone = ((0, 1, 2, 3, 4, 5, 6, 7),)
+    sent, seconds = roofline.collective_on_links(
+        collective("all-reduce", 8e9, everyone), NODE, node_of
+    )
+    assert sent == {"NVLink": 12e9, "network": 2e9}
+    assert seconds == max(12e9 / 400e9, 2e9 / 50e9)
+    # An all-gather there is one flat ring of 8 (NCCL): 7/8 of the array from every device,
+    # 2 of the ring's 8 hops cross nodes: 7/8 / 4 per NIC, 1.75 times the hierarchical 1/2 / 4
+    sent, seconds = roofline.collective_on_links(
+        collective("all-gather", 8e9, everyone), NODE, node_of
+    )
+    assert sent == {"NVLink": 7e9 * 3 / 4, "network": 7e9 / 4}
+    assert seconds == max(5.25e9 / 400e9, 1.75e9 / 50e9)
+    # 2 nodes of 8: 15/16 / 8 against 1/2 / 8, the 1.875 of NCCL's flat rings
+    sixteen = collective("reduce-scatter", 1e9, (tuple(range(16)),))
+    flat, _ = roofline.collective_on_links(sixteen, roofline.Slice(GPU, (8,)), [0] * 8 + [1] * 8)
+    assert flat["network"] / (0.5 * 16e9 / 8) == pytest.approx(1.875)
     permute = Collective("collective-permute", "f32[]", 1e9, 2, "", "loop", 1, "", "",
                          ((0, 0), (1, 5), (5, 1)))  # fmt: skip
     assert roofline.collective_on_links(permute, NODE, node_of) == ({"network": 1e9}, 1e9 / 50e9)
@@ -169,10 +183,15 @@ def test_traffic_by_hand():
     hsdp = plan.traffic(TINY, TWO_NODES["HSDP"], 2, "block")
     # per micro-batch, 3 ring passes of the bf16 weights over 4; once, the f32 shard over 2 nodes
     assert hsdp == {"NVLink": 2 * 3 * 0.75 * 2 * sharded, "network": 2 * 0.5 * 4 * sharded / 4}
+    # FSDP over both nodes: gathers and reduce-scatter in one flat ring of 8, each node's 4
+    # NICs sharing its crossings
     fsdp = plan.traffic(TINY, TWO_NODES["FSDP"], 2, "block")
-    assert fsdp["network"] == 2 * 3 * 0.5 * 2 * sharded / 4  # 1/4 of each array crosses
+    flat = 2 * 3 * 7 / 8 * 2 * sharded  # 2 micro-batches, 3 passes each
+    assert fsdp == {"NVLink": flat * 3 / 4, "network": flat / 4}
+    # the CPU's conventions: f32, and an all-reduce (hierarchical) instead of the reduce-scatter
     cpu = plan.traffic(TINY, TWO_NODES["FSDP"], 2, "block", wire=4, reduce_passes=2)
-    assert cpu["NVLink"] == 2 * 4 * 0.75 * 4 * sharded
+    assert cpu["NVLink"] == 2 * (2 * 7 / 8 * 4 * sharded * 3 / 4 + 2 * 0.75 * 4 * sharded)
+    assert cpu["network"] == 2 * (2 * 7 / 8 * 4 * sharded / 4 + 2 * 0.5 * 4 * sharded / 4)
     tp = plan.traffic(TINY, TWO_NODES["TP x FSDP"], 2, "block")
     x = 2 * 4 * 8 * 4  # x[4 sequences, seq, embed] in bf16 per all-reduce
     weights = 2 * 3 * 0.5 * 2 * sharded / 4  # FSDP over the 2 nodes, one device of each
@@ -190,6 +209,48 @@ def test_estimate_prices_the_step_on_the_slower_link():
     assert e.peak == sum(e.memory.values()) and e.fits(GPU)
     assert e.tokens_per_second(2.0) == 16 * 8 / 2
     assert e.mfu(1.0, GPU) == e.model_flops / GPU.flops
+
+
+def test_tensor_parallel_traffic_is_exposed_and_a_deferred_reduction_has_one_window():
+    tp = plan.estimate(TINY, TWO_NODES["TP x FSDP"], GPU, 2, "block")
+    parts = plan.traffic_parts(TINY, TWO_NODES["TP x FSDP"], 2, "block")
+    assert tp.time.exposed == parts["tensor"]["NVLink"] / GPU.link_bandwidth > 0
+    hsdp = plan.estimate(TINY, TWO_NODES["HSDP"], GPU, 2, "block")
+    forward = 2 * (404 - 64 - 20) * 16 * 8 / 8 + 4 * 2 * 4 * 8 * 16 * 8 / 8  # weights, attention
+    backward = (plan.flops(TINY, TWO_NODES["HSDP"], "block") - forward) / 2  # the last of 2
+    assert hsdp.window == pytest.approx(backward / GPU.flops)
+    assert hsdp.deferred == 2 * 0.5 * 4 * (404 - 20) / 4  # all-reduce of the f32 shard, 2 nodes
+    assert hsdp.network_breakeven() == pytest.approx(hsdp.deferred / hsdp.window)
+    assert hsdp.network_breakeven(0.5) == pytest.approx(hsdp.network_breakeven() / 2)
+    # a network too slow for that window: what overruns it is exposed
+    slow = dataclasses.replace(GPU, network_bandwidth=hsdp.deferred / hsdp.window / 4)
+    late = plan.estimate(TINY, TWO_NODES["HSDP"], slow, 2, "block")
+    assert late.time.exposed == pytest.approx(3 * hsdp.window)
+
+
+def test_a_tpu_slice_is_priced_on_its_rings_not_one_link():
+    v5e = roofline.CHIPS["TPU v5e"]
+    with pytest.raises(ValueError, match="pass node=roofline.Slice"):
+        plan.estimate(TINY, TWO_NODES["FSDP"], v5e, 2, "block")
+    grid = roofline.Slice(v5e, (2, 2))
+    e = plan.estimate(TINY, TWO_NODES["FSDP"], v5e, 2, "block", node=grid)
+    parts = plan.traffic_parts(TINY, TWO_NODES["FSDP"], 2, "block")["fsdp"]
+    assert e.time.communication == max(
+        parts["NVLink"] / (2 * 50e9), parts["network"] / v5e.network_bandwidth
+    )
+    one_chip = plan.Layout("one chip", 1, 1, 1, 1, 1, 1)  # nothing sent: no slice needed
+    assert plan.estimate(TINY, one_chip, v5e, 1, "none").sent == {"NVLink": 0.0, "network": 0.0}
+
+
+def test_leaner_gradients_and_a_fused_loss_change_only_their_parts():
+    hsdp = TWO_NODES["HSDP"]
+    site = plan.memory(TINY, hsdp, 2, "block")
+    lean = plan.memory(TINY, hsdp, 2, "block", gradient_bytes=6, logit_bytes=2)
+    assert lean["gradients"] == site["gradients"] * 6 / 10
+    assert lean["logits"] == site["logits"] * 2 / 14
+    assert {k: v for k, v in lean.items() if k not in ("gradients", "logits")} == {
+        k: v for k, v in site.items() if k not in ("gradients", "logits")
+    }
 
 
 def test_the_8b_plan_fits_an_h100_and_the_naive_one_does_not():

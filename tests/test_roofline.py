@@ -63,11 +63,16 @@ def test_a_ring_uses_two_links_per_torus_axis_one_per_line_axis():
     # A whole 4x4x4 cube wraps around: 2 links per axis, all 6 for all three axes.
     cube = Slice(V5P, (4, 4, 4))
     assert cube.torus and cube.bandwidth([2]) == 200e9 and cube.bandwidth() == 600e9
-    assert not Slice(V5P, (4, 4, 8 + 2)).torus
-    # v5e-8 is 2x4, a line each way; only the 16x16 pod is a torus.
+    # Wraparound is per axis: a 4x4x10 v5p wraps along its two sides of 4, not its 10.
+    odd = Slice(V5P, (4, 4, 8 + 2))
+    assert not odd.torus and [odd.wraps(a) for a in range(3)] == [True, True, False]
+    assert odd.bandwidth([0]) == 200e9 and odd.bandwidth([2]) == 100e9
+    # v5e-8 is 2x4, a line each way; the 16x16 pod wraps both ways, an 8x16 along its 16 only.
     v5e_8 = Slice(V5E, (2, 4))
     assert not v5e_8.torus and v5e_8.bandwidth() == 100e9
     assert Slice(V5E, (16, 16)).torus and Slice(V5E, (16, 16)).bandwidth() == 200e9
+    half = Slice(V5E, (8, 16))
+    assert half.bandwidth([1]) == 2 * 50e9 and half.bandwidth([0]) == 50e9
     # A 2x2x1 slice (v5p-8): the third axis has one chip and no links.
     assert Slice(V5P, (2, 2, 1)).bandwidth() == 200e9
     # A GPU node: every group inside it uses the GPU's NVLink to the switch.
@@ -109,28 +114,59 @@ def test_overlapped_serial_and_bound():
     assert (talk_bound.overlapped, talk_bound.serial) == (3.5, 4.5)
     assert talk_bound.bound == "communication"
     assert StepTime(2.0, 2.0).bound == "compute"  # a tie counts as compute
+    # Tensor parallelism's all-reduces without a collective matmul: in both bounds.
+    tp = StepTime(compute=3.0, communication=1.0, exposed=2.0)
+    assert (tp.overlapped, tp.serial, tp.bound) == (5.0, 6.0, "compute")
 
 
-def test_calibration_widens_the_bounds_and_a_verdict_needs_disjoint_ranges():
-    t = StepTime(compute=1.0, communication=0.5, hbm=0.1)
-    assert t.at(0.5, 0.5, 0.5) == StepTime(2.0, 1.0, 0.2)
+def test_calibration_takes_the_mfu_as_the_whole_steps_and_counts_nothing_twice():
+    t = StepTime(compute=1.0, communication=0.5, hbm=0.1, exposed=0.2)
+    assert t.at(0.5, 0.5, 0.5) == StepTime(2.0, 1.0, 0.2, 0.4)
     measured = {"mfu": (0.4, 0.5), "link": (0.5, 1.0), "hbm": (0.5, 1.0)}
     fast, slow = t.calibrated(measured)
-    assert fast == pytest.approx(1.0 / 0.5 + 0.1) and slow == pytest.approx(2.5 + 1.0 + 0.2)
-    close = {"a": StepTime(1.0, 0.1), "b": StepTime(1.1, 0.1)}
-    assert roofline.verdict(close, measured) is None  # 10% apart: inside the ranges
-    apart = {"a": StepTime(1.0, 0.1), "b": StepTime(4.0, 0.1)}
-    assert roofline.verdict(apart, measured) == "a"
+    # fast: compute at 50% (2.0) hides the 0.5 s of links; exposed 0.2, update 0.1
+    assert fast == pytest.approx(1.0 / 0.5 + 0.2 + 0.1)
+    # slow: compute at 40% (2.5) against links at 50% (1.0): 2.5; exposed 0.4; update 0.2
+    assert slow == pytest.approx(1.0 / 0.4 + 0.2 / 0.5 + 0.1 / 0.5)
+    # an MFU is a fraction of the model's FLOPs: recomputation is inside it, not added
+    remat = StepTime(compute=1.25, communication=0.5, model_compute=1.0)
+    assert remat.calibrated(measured)[0] == pytest.approx(1.0 / 0.5)
+    assert remat.at(0.5).model_compute == 2.0
+    # a step bound by its links: the links' time, not the compute's
+    talk = StepTime(compute=1.0, communication=3.0)
+    assert talk.calibrated(measured) == (pytest.approx(3.0), pytest.approx(6.0))
+
+
+def test_a_verdict_compares_layouts_at_the_same_efficiencies():
+    measured = {"mfu": (0.4, 0.5), "link": (0.5, 1.0), "hbm": (0.5, 1.0)}
+    # 10% apart in every part: their ranges overlap, yet at each efficiency a is faster
+    close = {"a": StepTime(1.0, 0.1), "b": StepTime(1.1, 0.11)}
+    ranges = [t.calibrated(measured) for t in close.values()]
+    assert ranges[0][1] > ranges[1][0] and roofline.verdict(close, measured) == ("a",)
+    # equal compute, both compute-bound: the hidden communication decides nothing, a tie
+    tie = {"a": StepTime(1.0, 0.1), "b": StepTime(1.0, 0.3), "c": StepTime(1.5, 0.1)}
+    assert roofline.verdict(tie, measured) == ("a", "b") and tie["a"].dominates(tie["b"])
+    # a wins with fast links, b with slow ones: no verdict
+    crossing = {"a": StepTime(1.0, 2.2), "b": StepTime(2.1, 0.1)}
+    assert roofline.verdict(crossing, measured) == ()
+    assert len(roofline.corners(measured)) == 8
+    assert roofline.measured_for(V5E)["link"] == (0.9, 1.0)
+    assert roofline.measured_for(H100)["link"] == (370 / 450, 1.0)
 
 
 def test_a_step_that_is_no_slower_in_any_part_dominates():
     a, b = StepTime(1.0, 0.5, 0.1), StepTime(1.0, 0.7, 0.2)
     assert a.dominates(b) and not b.dominates(a) and a.dominates(a)
     assert not StepTime(1.1, 0.1, 0.0).dominates(b)  # faster links do not buy back compute
-    for mfu in (0.3, 0.5, 1.0):
-        for link in (0.5, 1.0):
-            fast, slow = a.at(mfu, link), b.at(mfu, link)
-            assert fast.overlapped <= slow.overlapped and fast.serial <= slow.serial
+    # hidable traffic against exposed traffic: less in all, none exposed, still never slower
+    hides, waits = StepTime(1.0, 0.6, 0.1), StepTime(1.0, 0.0, 0.1, exposed=0.7)
+    assert hides.dominates(waits) and not waits.dominates(hides)
+    for x, y in ((a, b), (hides, waits)):
+        for mfu in (0.3, 0.5, 1.0):
+            for link in (0.5, 1.0):
+                fast, slow = x.at(mfu, link), y.at(mfu, link)
+                assert fast.overlapped <= slow.overlapped and fast.serial <= slow.serial
+                assert x.at_mfu(mfu, link) <= y.at_mfu(mfu, link)
 
 
 def test_mixed_precision_bytes_per_parameter():
@@ -181,6 +217,18 @@ def test_cross_node_threshold_is_about_the_in_node_one():
     # Two nodes: the cross-node ring is (2 - 1) / 2; then the NVLink phase binds.
     two = roofline.cross_node_data_parallel_threshold(node, nodes=2)
     assert two == pytest.approx(roofline.data_parallel_threshold(H100, devices=8))
+
+
+def test_ring_attention_block_is_the_forward_step_by_hand():
+    """Each ring step hides its own k and v blocks: 4 b^2 FLOPs against 4 b bytes (bf16)."""
+    h100 = CHIPS["H100 SXM"]
+    assert roofline.ring_attention_block(h100, 450e9) == pytest.approx(989.5e12 / 450e9)
+    assert round(roofline.ring_attention_block(h100, 450e9)) == 2199  # NVLink
+    assert round(roofline.ring_attention_block(h100, 50e9)) == 19790  # the NIC
+    # Llama 3's 8 key-value heads of 32 send a quarter; skipping the masked half doubles it
+    assert round(roofline.ring_attention_block(h100, 450e9, kv_fraction=8 / 32)) == 550
+    b = roofline.ring_attention_block(h100, 450e9, skip_masked=True)
+    assert 2 * b**2 / 989.5e12 == pytest.approx(4 * b / 450e9)  # half the work, same bytes
 
 
 def test_chips_are_frozen():
