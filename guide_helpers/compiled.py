@@ -446,18 +446,66 @@ _GEMM_CONTRACTING = re.compile(r'"lhs_contracting_dimensions":\[([^\]]*)\]')
 
 
 _DIM_LABELS = re.compile(r"dim_labels=([\w]+)_([\w]+)->([\w]+)")
-_WINDOW_SIZE = re.compile(r"window=\{size=([\dx]+)")
+_WINDOW = re.compile(r"window=\{([^}]*)\}")
+
+
+def _window(attrs):
+    """{field: [per spatial dimension]} of a convolution's window: size, stride, pad (lo, hi),
+    lhs_dilate, rhs_dilate; the defaults where a field is absent."""
+    found = _WINDOW.search(attrs)
+    fields = dict(f.split("=", 1) for f in found[1].split()) if found else {}
+    size = [int(w) for w in fields.get("size", "").split("x") if w]
+
+    def each(name, default, read=int):
+        given = fields.get(name)
+        return [read(v) for v in given.split("x")] if given else [default] * len(size)
+
+    pads = each("pad", (0, 0), read=lambda p: tuple(int(v) for v in p.split("_")))
+    return {
+        "size": size,
+        "stride": each("stride", 1),
+        "pad": pads,
+        "lhs_dilate": each("lhs_dilate", 1),
+        "rhs_dilate": each("rhs_dilate", 1),
+    }
+
+
+def _real_products(n, out, size, stride, pad, lhs_dilate, rhs_dilate):
+    """Over all `out` output positions of one spatial dimension, how many window taps land on
+    one of the input's n elements (not on padding, nor on the holes `lhs_dilate` puts between
+    them)."""
+    real = 0
+    for o in range(out):
+        for j in range(size):
+            at = o * stride + j * rhs_dilate - pad[0]
+            real += at >= 0 and at % lhs_dilate == 0 and at // lhs_dilate < n
+    return real
+
+
+def _convolution_flops(ins, lhs, out):
+    """2 x the products a TPU `convolution` computes: every output element, times its input
+    features, times the window taps that land on real input elements. A TPU writes a batched
+    product (attention's per-head scores) as a convolution whose window spans the batch over a
+    dilated input, one real element per window, or over padding: counted by their window size,
+    such products would count several times over."""
+    lhs_labels, _, out_labels = _DIM_LABELS.search(ins.attrs).groups()
+    features = math.prod(n for n, label in zip(lhs, lhs_labels) if label == "f")
+    w = _window(ins.attrs)
+    spatial_out = [out[out_labels.index(str(i))] for i in range(len(w["size"]))]
+    spatial_in = [lhs[lhs_labels.index(str(i))] for i in range(len(w["size"]))]
+    taps = math.prod(
+        _real_products(n, o, s, t, p, ld, rd)
+        for n, o, s, t, p, ld, rd in zip(
+            spatial_in, spatial_out, w["size"], w["stride"], w["pad"], w["lhs_dilate"],
+            w["rhs_dilate"],
+        )
+    )  # fmt: skip
+    return 2 * math.prod(out) // math.prod(spatial_out) * features * taps
 
 
 def _contracted(ins, lhs):
-    """How many products each output element of a matrix product sums: the lhs contracting
-    dimensions of a dot or a cuBLAS gemm; a TPU `convolution`'s input features (`f` in its
-    dim_labels, such as `bf_io->bf`) times its window."""
-    if ins.op == "convolution":
-        labels = _DIM_LABELS.search(ins.attrs)[1]
-        window = _WINDOW_SIZE.search(ins.attrs)
-        size = math.prod(int(w) for w in window[1].split("x")) if window else 1
-        return size * math.prod(n for n, label in zip(lhs, labels) if label == "f")
+    """How many products each output element of a dot or a cuBLAS gemm sums: the lhs
+    contracting dimensions."""
     if ins.op == "dot":
         dims = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)[1]
     else:
@@ -506,7 +554,10 @@ def products(compiled):
             continue
         operands = [arrays(shapes[a])[0] for a in ins.operands[:2]]
         _, out = arrays(ins.shape)[0]  # a gemm's result is (output, workspace)
-        flops = runs[ins.computation] * 2 * math.prod(out) * _contracted(ins, operands[0][1])
+        if ins.op == "convolution":
+            flops = runs[ins.computation] * _convolution_flops(ins, operands[0][1], out)
+        else:
+            flops = runs[ins.computation] * 2 * math.prod(out) * _contracted(ins, operands[0][1])
         fused = ()
         if ins.computation in fusions:
             fused = tuple(sorted(ops_within(program, ins.computation) - _NOT_WORK - {ins.op}))

@@ -297,14 +297,17 @@ class Estimate:
         """Model FLOPs utilization of a step that takes `seconds`."""
         return self.model_flops / (seconds * chip.flops)
 
-    def network_breakeven(self, efficiency=1.0):
+    def network_breakeven(self, mfu=None):
         """Bytes/s per device of network below which the network traffic no longer hides: the
         per-micro-batch traffic against the whole compute, a deferred reduction against its
-        window, both at `efficiency` of the peak FLOP/s (a whole-step MFU, say)."""
+        window. At the peak by default; at a whole-step `mfu`, the step (and the window with
+        it) takes the model's FLOPs at that fraction of the peak, as `StepTime.at_mfu` does."""
+        t = self.time
+        stretch = 1.0 if mfu is None else t.model / mfu / t.compute
         spread = self.sent["network"] - self.deferred
-        needs = [spread / (self.time.compute / efficiency)] if spread else [0.0]
+        needs = [spread / (t.compute * stretch)] if spread else [0.0]
         if self.deferred:
-            needs.append(self.deferred / (self.window / efficiency))
+            needs.append(self.deferred / (self.window * stretch))
         return max(needs)
 
 
@@ -319,8 +322,8 @@ def estimate(
     nodes, the chip's share of the network. FSDP's traffic can hide behind the compute (the
     step waits for the slower link); tensor parallelism's all-reduces are exposed (no collective
     matmul); a deferred reduction hides only behind the last micro-batch's backward pass, and
-    what overruns that window is exposed. Adam's update (`UPDATE_BYTES` per parameter of the
-    device's shard) is priced at HBM speed.
+    what overruns that window is exposed (`StepTime.deferred` and `window`). Adam's update
+    (`UPDATE_BYTES` per parameter of the device's shard) is priced at HBM speed.
     """
     parts = traffic_parts(config, layout, micro_batches, remat, wire, reduce_passes)
     sent = traffic(config, layout, micro_batches, remat, wire, reduce_passes)
@@ -338,7 +341,6 @@ def estimate(
     window = backward / chip.flops if layout.deferred else work / chip.flops
     net = chip.network_bandwidth
     hidable = max(parts["fsdp"]["NVLink"] / inside, parts["fsdp"]["network"] / net)
-    overrun = max(0.0, parts["deferred"]["network"] / net - window) if layout.deferred else 0.0
     return Estimate(
         memory=memory(config, layout, micro_batches, remat, flash, gradient_bytes, logit_bytes),
         flops=work,
@@ -348,8 +350,10 @@ def estimate(
             compute=work / chip.flops,
             communication=hidable,
             hbm=UPDATE_BYTES * params_per_device(config, layout) / chip.hbm_bandwidth,
-            exposed=parts["tensor"]["NVLink"] / inside + overrun,
+            exposed=parts["tensor"]["NVLink"] / inside,
             model_compute=model_flops(config, layout) / chip.flops,
+            deferred=parts["deferred"]["network"] / net,
+            window=window if layout.deferred else 0.0,
         ),
         tokens=config.batch * config.seq,
         window=window,

@@ -11,7 +11,8 @@ A real step takes at least the larger of the two (`overlapped`: communication fu
 compute) and at most roughly their sum (`serial`: nothing hidden). `exposed` is communication
 that nothing can hide: a tensor-parallel layer's all-reduces, which the next layer waits for,
 unless a collective matmul splits the product to overlap them (XLA's windowed einsum, PyTorch's
-async TP); both bounds add it. `hbm` = bytes read and written in HBM / HBM bandwidth prices the
+async TP, both on the all-gather and reduce-scatter of sequence parallelism's form); both bounds
+add it. `hbm` = bytes read and written in HBM / HBM bandwidth prices the
 optimizer's update, which waits for the gradients: both bounds add it.
 
 `StepTime.calibrated` prices a step at the whole-step efficiency real training reaches
@@ -28,7 +29,8 @@ to the NVSwitch of its node over all its NVLinks at once: one "link" of `link_ba
 the group inside the node. Between nodes (or TPU slices) every chip has its own share of the
 network, `network_bandwidth`. An all-reduce across nodes is hierarchical
 (`hierarchical_all_reduce`); NCCL runs all-gathers and reduce-scatters across nodes as flat
-rings, one per channel, each NIC carrying (n - 1) / n of every pass (`collective_on_links`).
+rings, one per channel, each device's NIC carrying 1/k of the (n - 1) / n it sends per pass, k
+devices to a node (`collective_on_links`).
 
 Every figure in `CHIPS` is dense bf16 FLOP/s (no structured sparsity) and one direction of
 bandwidth. Some sources print bandwidth as both directions added up, and NVIDIA prints Hopper's
@@ -55,9 +57,12 @@ class Chip:
     # its host's data-center network): a typical configuration, not a property of the chip
     network_bandwidth: float
     chips_per_host: int  # chips that share a host (and its NICs)
-    torus_every: int  # a TPU slice's axis wraps around when its side is a multiple; 0: never
+    # a TPU slice wraps around when its sides are multiples of this (0: never): every side, for
+    # the whole slice to wrap (v5p's cubes), or each side on its own (`wraps_per_axis`, v5e)
+    torus_every: int
     sources: tuple[str, ...]  # public URLs the figures come from
     notes: str = ""  # what the sources print, and how it was converted
+    wraps_per_axis: bool = False
 
     @property
     def is_gpu(self):
@@ -87,6 +92,7 @@ CHIPS = {
             network_bandwidth=2 * 100e9 / 8 / 8,
             chips_per_host=8,
             torus_every=16,
+            wraps_per_axis=True,
             sources=(TPU_V5E, TPU_LINKS),
             notes=(
                 "197 TFLOP/s bf16; HBM 16 GB at 819 GB/s (one version of the page says "
@@ -168,11 +174,15 @@ class Slice:
         return math.prod(self.shape)
 
     def wraps(self, axis):
-        """True where the slice wraps around along `axis`: its side is a multiple of the chip's
-        `torus_every` (4 for v5p, whose slices of whole 4x4x4 cubes wrap; 16 for v5e, the
-        pod's side, so a v5e 8x16 wraps along its 16 and not its 8). Wraparound is per axis."""
+        """True where the slice wraps around along `axis`. A v5p slice wraps along every axis
+        or none: only slices of whole 4x4x4 cubes do (`torus_every` 4). A v5e wraps each axis
+        whose side is the pod's 16 on its own (`wraps_per_axis`): an 8x16 along its 16 only."""
         every = self.chip.torus_every
-        return bool(every) and self.shape[axis] % every == 0
+        if not every:
+            return False
+        if self.chip.wraps_per_axis:
+            return self.shape[axis] % every == 0
+        return all(side % every == 0 for side in self.shape)
 
     @property
     def torus(self):
@@ -239,58 +249,77 @@ class StepTime:
     # seconds: the model's FLOPs (no recomputation) / chip.flops, what an MFU is a fraction of;
     # None: the same as `compute`
     model_compute: float | None = None
+    # seconds: bytes / bandwidth of a reduction deferred to the end of the step (HSDP's across
+    # nodes), which can hide only behind `window`, seconds of compute at the peak (the last
+    # micro-batch's backward pass); what overruns the window is exposed
+    deferred: float = 0.0
+    window: float = 0.0
+
+    @property
+    def model(self):
+        return self.compute if self.model_compute is None else self.model_compute
 
     @property
     def overlapped(self) -> float:
-        """max(compute, communication) + exposed + hbm: the best case, every byte that can be
-        sent while computing sent then."""
-        return max(self.compute, self.communication) + self.exposed + self.hbm
+        """max(compute, communication) + exposed + the deferred reduction's overrun + hbm: the
+        best case, every byte that can be sent while computing sent then."""
+        overrun = max(0.0, self.deferred - self.window)
+        return max(self.compute, self.communication) + self.exposed + overrun + self.hbm
 
     @property
     def serial(self) -> float:
-        """compute + communication + exposed + hbm: the worst case, nothing sent while
-        computing."""
-        return self.compute + self.communication + self.exposed + self.hbm
+        """compute + communication + exposed + deferred + hbm: the worst case, nothing sent
+        while computing."""
+        return self.compute + self.communication + self.exposed + self.deferred + self.hbm
 
     @property
     def bound(self) -> str:
         """ "compute" or "communication": the larger of the compute and all the communication
         (compute on a tie); `hbm` does not enter, since it adds to both bounds alike."""
-        talk = self.communication + self.exposed
+        talk = self.communication + self.exposed + self.deferred
         return "compute" if self.compute >= talk else "communication"
 
     def at(self, compute_efficiency, link_efficiency=1.0, hbm_efficiency=1.0):
         """The same step on a chip whose compute reaches `compute_efficiency` of the peak,
         whose links reach `link_efficiency` of theirs, and HBM `hbm_efficiency`."""
-        model = None if self.model_compute is None else self.model_compute / compute_efficiency
+        c, link = compute_efficiency, link_efficiency
         return StepTime(
-            self.compute / compute_efficiency,
-            self.communication / link_efficiency,
+            self.compute / c,
+            self.communication / link,
             self.hbm / hbm_efficiency,
-            self.exposed / link_efficiency,
-            model,
+            self.exposed / link,
+            None if self.model_compute is None else self.model_compute / c,
+            self.deferred / link,
+            self.window / c,
         )
 
     def dominates(self, other):
         """This step is never slower than the other, at any efficiencies the calibration
-        scales the parts by, overlapped or not: no more compute, update or exposed
-        communication, and no more communication in all (hidable and exposed together), so
-        that max(compute, hidable) + exposed is never larger either."""
-        mine = (self.compute, self.hbm, self.exposed, self.communication + self.exposed)
-        theirs = (other.compute, other.hbm, other.exposed, other.communication + other.exposed)
+        scales the parts by, overlapped or not: no more compute (the program's or the model's),
+        update, exposed or deferred communication, no more communication in all (hidable and
+        exposed together), and no shorter window for the deferred reduction."""
+
+        def parts(t):
+            talk = t.communication + t.exposed
+            return (t.compute, t.model, t.hbm, t.exposed, talk, t.deferred, -t.window)
+
         # equal parts summed in another order may differ in the last bits: they count as equal
-        return all(a <= b or math.isclose(a, b, rel_tol=1e-9) for a, b in zip(mine, theirs))
+        pairs = zip(parts(self), parts(other))
+        return all(a <= b or math.isclose(a, b, rel_tol=1e-9) for a, b in pairs)
 
     def at_mfu(self, mfu, link_efficiency=1.0, hbm_efficiency=1.0):
         """The step at a whole-step MFU: the model's FLOPs at that fraction of the peak
         (whatever the runs that measured it did not hide is inside it, recomputation too), or
         the hidable communication at the links' rate where that is longer; plus the exposed
-        communication and the update. No overhead the MFU holds is added on top of it (the
-        update, which those runs shard, is small inside their figure; here it is priced for the
-        layout's own shard)."""
-        model = self.compute if self.model_compute is None else self.model_compute
-        hidden = max(model / mfu, self.communication / link_efficiency)
-        return hidden + self.exposed / link_efficiency + self.hbm / hbm_efficiency
+        communication, what the deferred reduction overruns of its window (the window
+        stretched as the whole step is), and the update. No overhead the MFU holds is added on
+        top of it (the update, which those runs shard, is small inside their figure; here it
+        is priced for the layout's own shard)."""
+        link = link_efficiency
+        stretch = self.model / mfu / self.compute if self.compute else 1 / mfu
+        overrun = max(0.0, self.deferred / link - self.window * stretch)
+        hidden = max(self.model / mfu, self.communication / link)
+        return hidden + self.exposed / link + overrun + self.hbm / hbm_efficiency
 
     def calibrated(self, measured=None):
         """(fastest, slowest) seconds: the step at the highest and at the lowest measured
@@ -336,16 +365,17 @@ def corners(measured=None):
 
 
 def verdict(times, measured=None):
-    """The layouts that are the fastest (tied, if several) at every set of efficiencies in the
-    measured ranges, as a tuple in `times`' order; () if different layouts win at different
-    efficiencies. Layouts on one chip share its efficiencies, so they are compared at the same
-    ones, not range against range."""
-    winners = set()
+    """The layouts that are among the fastest (ties included) at every corner of the measured
+    ranges (`corners`), in `times`' order; () if no layout is. Layouts on one chip share its
+    efficiencies, so they are compared at the same ones, not range against range. Only the
+    corners are checked, not the efficiencies between them."""
+    winners = None
     for efficiencies in corners(measured):
         at = {name: t.at_mfu(*efficiencies) for name, t in times.items()}
         best = min(at.values())
-        winners.add(tuple(n for n, v in at.items() if math.isclose(v, best, rel_tol=1e-9)))
-    return winners.pop() if len(winners) == 1 else ()
+        fastest = {n for n, v in at.items() if math.isclose(v, best, rel_tol=1e-9)}
+        winners = fastest if winners is None else winners & fastest
+    return tuple(n for n in times if n in winners)
 
 
 def step_time(flops_per_device, communication_seconds, chip, hbm_bytes_moved=0) -> StepTime:
@@ -429,8 +459,9 @@ def tensor_parallel_threshold(chip, bandwidth=None, bytes_per_value=2, devices=N
         h >= (n - 1) / n * bytes_per_value * flops / (2 * bandwidth)
 
     embed and the tokens cancel; 1.5 times the threshold of the whole step's totals. It holds
-    only where a collective matmul splits the product so that its all-reduce overlaps it (XLA's
-    windowed einsum, PyTorch's async TP); without one, the next layer waits for every
+    only where a collective matmul splits the product so that its communication overlaps it
+    (XLA's windowed einsum, PyTorch's async TP, on the all-gather and reduce-scatter sequence
+    parallelism splits the all-reduce into); without one, the next layer waits for every
     all-reduce whatever h is (`StepTime.exposed`).
     """
     bandwidth = bandwidth or default_bandwidth(chip)

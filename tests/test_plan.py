@@ -221,11 +221,16 @@ def test_tensor_parallel_traffic_is_exposed_and_a_deferred_reduction_has_one_win
     assert hsdp.window == pytest.approx(backward / GPU.flops)
     assert hsdp.deferred == 2 * 0.5 * 4 * (404 - 20) / 4  # all-reduce of the f32 shard, 2 nodes
     assert hsdp.network_breakeven() == pytest.approx(hsdp.deferred / hsdp.window)
-    assert hsdp.network_breakeven(0.5) == pytest.approx(hsdp.network_breakeven() / 2)
+    # at an MFU the step takes the model's FLOPs at that fraction of the peak, the window too
+    stretch = hsdp.time.model_compute / 0.5 / hsdp.time.compute
+    assert hsdp.network_breakeven(0.5) == pytest.approx(hsdp.network_breakeven() / stretch)
     # a network too slow for that window: what overruns it is exposed
     slow = dataclasses.replace(GPU, network_bandwidth=hsdp.deferred / hsdp.window / 4)
-    late = plan.estimate(TINY, TWO_NODES["HSDP"], slow, 2, "block")
-    assert late.time.exposed == pytest.approx(3 * hsdp.window)
+    late = plan.estimate(TINY, TWO_NODES["HSDP"], slow, 2, "block").time
+    assert late.deferred == pytest.approx(4 * hsdp.window) and late.window == hsdp.window
+    assert late.overlapped - max(late.compute, late.communication) - late.hbm == pytest.approx(
+        3 * hsdp.window
+    )
 
 
 def test_a_tpu_slice_is_priced_on_its_rings_not_one_link():

@@ -63,10 +63,12 @@ def test_a_ring_uses_two_links_per_torus_axis_one_per_line_axis():
     # A whole 4x4x4 cube wraps around: 2 links per axis, all 6 for all three axes.
     cube = Slice(V5P, (4, 4, 4))
     assert cube.torus and cube.bandwidth([2]) == 200e9 and cube.bandwidth() == 600e9
-    # Wraparound is per axis: a 4x4x10 v5p wraps along its two sides of 4, not its 10.
-    odd = Slice(V5P, (4, 4, 8 + 2))
-    assert not odd.torus and [odd.wraps(a) for a in range(3)] == [True, True, False]
-    assert odd.bandwidth([0]) == 200e9 and odd.bandwidth([2]) == 100e9
+    # A v5p slice wraps only as whole cubes: 4x4x10 and 2x4x4 wrap along no axis.
+    for shape in ((4, 4, 8 + 2), (2, 4, 4)):
+        part = Slice(V5P, shape)
+        assert not part.torus and not any(part.wraps(a) for a in range(3)), shape
+        assert part.bandwidth([1]) == 100e9
+    assert Slice(V5P, (4, 4, 8)).bandwidth([2]) == 200e9  # two cubes: every axis wraps
     # v5e-8 is 2x4, a line each way; the 16x16 pod wraps both ways, an 8x16 along its 16 only.
     v5e_8 = Slice(V5E, (2, 4))
     assert not v5e_8.torus and v5e_8.bandwidth() == 100e9
@@ -149,6 +151,9 @@ def test_a_verdict_compares_layouts_at_the_same_efficiencies():
     # a wins with fast links, b with slow ones: no verdict
     crossing = {"a": StepTime(1.0, 2.2), "b": StepTime(2.1, 0.1)}
     assert roofline.verdict(crossing, measured) == ()
+    # x alone at some corners, tied with y at others: x is among the fastest at every one
+    some = {"x": StepTime(1.0, 0.1), "y": StepTime(1.0, 1.1)}
+    assert roofline.verdict(some, measured) == ("x",)
     assert len(roofline.corners(measured)) == 8
     assert roofline.measured_for(V5E)["link"] == (0.9, 1.0)
     assert roofline.measured_for(H100)["link"] == (370 / 450, 1.0)
@@ -158,6 +163,14 @@ def test_a_step_that_is_no_slower_in_any_part_dominates():
     a, b = StepTime(1.0, 0.5, 0.1), StepTime(1.0, 0.7, 0.2)
     assert a.dominates(b) and not b.dominates(a) and a.dominates(a)
     assert not StepTime(1.1, 0.1, 0.0).dominates(b)  # faster links do not buy back compute
+    # the model's FLOPs count too: less recomputation is no help if the model computes more
+    more_model = StepTime(1.0, 0.5, 0.1, model_compute=0.99)
+    assert not more_model.dominates(StepTime(1.05, 0.5, 0.1, model_compute=0.5))
+    # a deferred reduction: less of it, or a longer window, never slower
+    late = StepTime(1.0, 0.0, deferred=0.5, window=0.2)
+    assert StepTime(1.0, 0.0, deferred=0.5, window=0.3).dominates(late)
+    assert (late.overlapped, late.serial) == (pytest.approx(1.3), 1.5)
+    assert late.at_mfu(0.5) == pytest.approx(2.0 + max(0.0, 0.5 - 0.2 / 0.5))
     # hidable traffic against exposed traffic: less in all, none exposed, still never slower
     hides, waits = StepTime(1.0, 0.6, 0.1), StepTime(1.0, 0.0, 0.1, exposed=0.7)
     assert hides.dominates(waits) and not waits.dominates(hides)

@@ -124,3 +124,55 @@ def test_layouts_are_stripped_from_tpu_shapes():
         "(f32[32,1024], bf16[2])"
     )
     assert gc._strip_layout("f32[]{:T(128)}") == "f32[]"
+
+
+def batched_scores(devices):
+    """Attention's per-head scores, `bqhd,bkhd->bhqk`, split over 8 devices by batch: a batched
+    product, which a TPU writes as a convolution whose window spans the batch and heads."""
+    mesh = jax.make_mesh((8,), ("data",), (AxisType.Auto,), devices=devices)
+    q = jax.ShapeDtypeStruct(
+        (32, 64, 4, 16), jnp.bfloat16, sharding=NamedSharding(mesh, P("data"))
+    )
+    scores = jax.jit(lambda q, k: jnp.einsum("bqhd,bkhd->bhqk", q, k))
+    return scores.lower(q, q).compile()
+
+
+def test_a_batched_product_counts_once_on_the_tpu():
+    """2 x batch x heads x q x k x d per device, whatever form the compiler writes it in."""
+    expected = 2 * (32 // 8) * 4 * 64 * 64 * 16
+    cpu, tpu_program = batched_scores(jax.devices("cpu")), batched_scores(tpu.topology("v5e:2x4"))
+    assert gc.matmul_flops(cpu) == gc.matmul_flops(tpu_program) == expected
+    assert {p.op for p in gc.products(tpu_program)} == {"convolution"}
+
+
+# The two forms of convolution found in a TPU program of the site's transformer (v5e 2x4,
+# tensor parallel), reduced to what the reader uses: a batched product over a dilated input (the
+# window spans a batch of 4 and 2 heads, one real element per window) and one over padding.
+def program(lhs, rhs, out, attrs):
+    """A one-convolution HLO program with these shapes and attributes."""
+    return (
+        "ENTRY %main {\n"
+        f"  %a = {lhs} parameter(0)\n  %b = {rhs} parameter(1)\n"
+        f"  ROOT %c = {out} convolution(%a, %b), {attrs}\n}}\n"
+    )
+
+
+DILATED = program(
+    "bf16[4,16,2,64]{3,2,1,0}",  # 0f1b: batch 4, 16 features, 2 heads, 64 positions
+    "bf16[4,64,2,64]{3,2,1,0}",
+    "f32[4,2,64,64]{3,2,1,0}",
+    "window={size=4x2 stride=3x1 lhs_dilate=4x2}, dim_labels=0f1b_0o1i->01bf",
+)
+PADDED = program(
+    "f32[4,64,16,1]{3,2,1,0}",  # 0bf1: a spatial dimension of 1, padded to 3
+    "f32[2,16,16,1]{3,2,1,0}",
+    "f32[4,64,2,16]{3,2,1,0}",
+    "window={size=1x2 pad=0_0x1_1 rhs_reversal=0x1}, dim_labels=0bf1_1oi0->0b1f",
+)
+
+
+def test_convolution_flops_count_only_taps_on_real_elements():
+    # dilated: per output element 16 features x 1 real tap of the 4x2 window
+    assert gc.matmul_flops(DILATED) == 2 * (4 * 2 * 64 * 64) * 16 * 1
+    # padded: input 1 wide, window 2, pad 1 each side: 2 outputs, 1 real tap each
+    assert gc.matmul_flops(PADDED) == 2 * (4 * 64 * 2 * 16) * 16 * 1
