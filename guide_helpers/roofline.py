@@ -16,10 +16,12 @@ add it. `hbm` = bytes read and written in HBM / HBM bandwidth prices the
 optimizer's update, which waits for the gradients: both bounds add it.
 
 `StepTime.calibrated` prices a step at the whole-step efficiency real training reaches
-(`MEASURED`, the MFU of published runs): that figure already holds whatever those runs did not
-hide, so the calibrated time is the compute at that MFU, or the links at their measured rate
-where the step is bound by them, plus the exposed communication. `verdict` compares layouts at
-the same efficiencies, since one chip's efficiency is common to every layout on it.
+(`MEASURED`, the MFU of published runs): that figure already holds whatever those runs spent
+besides the model's matrix products (the update, recomputation, what they did not hide), so the
+calibrated time is the model's FLOPs at that MFU, or the links at their measured rate where the
+step is bound by them, plus the exposed communication, and nothing else: a whole-step MFU, never
+a kernel efficiency with overheads added. `verdict` compares layouts at the same efficiencies,
+since one chip's efficiency is common to every layout on it.
 
 Links. Every bandwidth here is one direction. A TPU chip has `links` ICI links of
 `link_bandwidth` each, two per axis of its slice's grid; a ring collective over some axes of a
@@ -307,19 +309,18 @@ class StepTime:
         pairs = zip(parts(self), parts(other))
         return all(a <= b or math.isclose(a, b, rel_tol=1e-9) for a, b in pairs)
 
-    def at_mfu(self, mfu, link_efficiency=1.0, hbm_efficiency=1.0):
-        """The step at a whole-step MFU: the model's FLOPs at that fraction of the peak
-        (whatever the runs that measured it did not hide is inside it, recomputation too), or
-        the hidable communication at the links' rate where that is longer; plus the exposed
-        communication, what the deferred reduction overruns of its window (the window
-        stretched as the whole step is), and the update. No overhead the MFU holds is added on
-        top of it (the update, which those runs shard, is small inside their figure; here it
-        is priced for the layout's own shard)."""
+    def at_mfu(self, mfu, link_efficiency=1.0, hbm_efficiency=None):
+        """The step at a whole-step MFU: the model's FLOPs at that fraction of the peak, or the
+        hidable communication at the links' rate where that is longer; plus the exposed
+        communication and what the deferred reduction overruns of its window (the window
+        stretched as the whole step is). A whole-step MFU holds everything else the runs that
+        measured it spent (the update, recomputation, what they did not hide), so nothing else
+        is added: `hbm` is not, and `hbm_efficiency` is accepted and ignored."""
         link = link_efficiency
         stretch = self.model / mfu / self.compute if self.compute else 1 / mfu
         overrun = max(0.0, self.deferred / link - self.window * stretch)
         hidden = max(self.model / mfu, self.communication / link)
-        return hidden + self.exposed / link + overrun + self.hbm / hbm_efficiency
+        return hidden + self.exposed / link + overrun
 
     def calibrated(self, measured=None):
         """(fastest, slowest) seconds: the step at the highest and at the lowest measured

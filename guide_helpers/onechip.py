@@ -1,0 +1,174 @@
+"""The site's transformer trained on one chip: the step that tools/measure_tpu.py times on a real
+TPU and that the pages compile for one with libtpu, from one source.
+
+The step is the measured one: `guide_helpers.transformer.Transformer` on a 1-device mesh with
+`logical_rules()` (nothing split), f32 parameters and Adam moments (`optax.adamw(1e-4)`), the
+parameters cast to bf16 inside the loss, `jax.value_and_grad` of `next_token_loss`, the state
+donated. `remat` recomputes each block in the backward pass ("block"), or keeps its matrix
+products' outputs ("dots"); `micro_batches` accumulates the gradient over slices of the batch in
+f32 with `jax.lax.scan`.
+
+- `Run`: one configuration, a `plan.Config` with its remat policy and micro-batches.
+- `compile_step(run, device)`: the step compiled from shapes alone for `device` (a TPU chip of
+  `guide_helpers.tpu.topology`, or any JAX device).
+- `timed_steps(run, device, steps)`: run it on `device` with real arrays: seconds per step.
+"""
+
+import statistics
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from guide_helpers.plan import REMAT, Config
+from guide_helpers.transformer import Transformer, logical_rules, next_token_loss, residual
+
+POLICIES = {
+    "none": None,
+    "block": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+OPTIMIZER = optax.adamw(1e-4)
+
+
+@dataclass(frozen=True)
+class Run:
+    config: Config
+    remat: str = "none"
+    micro_batches: int = 1
+
+    def __post_init__(self):
+        if self.remat not in REMAT:
+            raise ValueError(f"remat must be one of {REMAT}, not {self.remat!r}")
+        if self.config.batch % self.micro_batches:
+            raise ValueError(
+                f"a batch of {self.config.batch} does not split into {self.micro_batches} "
+                "micro-batches"
+            )
+
+    @property
+    def name(self):
+        c = self.config
+        return (
+            f"E={c.embed} F={c.hidden} L={c.layers} H={c.heads} V={c.vocab} S={c.seq} "
+            f"B={c.batch} remat={self.remat} micro={self.micro_batches}"
+        )
+
+
+def model_of(config, seed=0):
+    return Transformer(
+        config.vocab, config.embed, config.heads, config.hidden, config.layers,
+        rngs=nnx.Rngs(seed),
+    )  # fmt: skip
+
+
+def forward_loss(graphdef, remat, params, tokens):
+    """next_token_loss of the bf16 model; with remat, each block under jax.checkpoint."""
+    bf16 = jax.tree.map(lambda w: w.astype(jnp.bfloat16), params)
+    model = nnx.merge(graphdef, bf16)
+    if remat == "none":
+        return next_token_loss(model, tokens)
+
+    def block_fn(block, x):
+        return block(x)
+
+    checkpointed = nnx.remat(block_fn, policy=POLICIES[remat])
+    x = residual(model.table[...][tokens[:, :-1]])
+    for block in model.blocks:
+        x = checkpointed(block, x)
+    logits = model.norm(x) @ model.head[...]
+    log_probs = jax.nn.log_softmax(logits)
+    targets = jax.nn.one_hot(tokens[:, 1:], logits.shape[-1], dtype=log_probs.dtype)
+    return -jnp.mean(jnp.sum(targets * log_probs, axis=-1))
+
+
+def step_fn(graphdef, run):
+    """(params, opt_state, tokens) -> (params, opt_state, loss) for `run`."""
+    loss_of = partial(forward_loss, graphdef, run.remat)
+
+    def grads(params, tokens):
+        if run.micro_batches == 1:
+            return jax.value_and_grad(loss_of)(params, tokens)
+        slices = tokens.reshape(run.micro_batches, -1, tokens.shape[-1])
+
+        def add(total, piece):
+            value, g = jax.value_and_grad(loss_of)(params, piece)
+            return jax.tree.map(jnp.add, total, (value, g)), None
+
+        zero = jax.tree.map(jnp.zeros_like, (jnp.zeros((), jnp.float32), params))
+        (value, g), _ = jax.lax.scan(add, zero, slices)
+        return value / run.micro_batches, jax.tree.map(lambda a: a / run.micro_batches, g)
+
+    def step(params, opt_state, tokens):
+        value, g = grads(params, tokens)
+        updates, opt_state = OPTIMIZER.update(g, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    return step
+
+
+def _mesh(device):
+    return jax.make_mesh((1,), ("data",), (jax.sharding.AxisType.Auto,), devices=[device])
+
+
+def abstract_args(run, device):
+    """(graphdef, params, opt_state, tokens) as ShapeDtypeStructs placed on `device`."""
+    mesh = _mesh(device)
+    whole = NamedSharding(mesh, P())
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(logical_rules()):
+        graphdef, params = nnx.split(nnx.eval_shape(lambda: model_of(run.config)), nnx.Param)
+        params = nnx.to_pure_dict(params)
+        opt_state = jax.eval_shape(OPTIMIZER.init, params)
+
+    def placed(a):
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=whole)
+
+    tokens = jax.ShapeDtypeStruct(
+        (run.config.batch, run.config.seq + 1), jnp.int32, sharding=whole
+    )
+    return graphdef, jax.tree.map(placed, params), jax.tree.map(placed, opt_state), tokens
+
+
+def jitted(run, graphdef):
+    return jax.jit(step_fn(graphdef, run), donate_argnums=(0, 1))
+
+
+def compile_step(run, device):
+    """The step compiled from shapes alone for `device`: nothing is allocated."""
+    graphdef, params, opt_state, tokens = abstract_args(run, device)
+    mesh = _mesh(device)
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(logical_rules()):
+        return jitted(run, graphdef).lower(params, opt_state, tokens).compile()
+
+
+def timed_steps(run, device, steps=10, warmup=2, seed=0):
+    """Seconds of each of `steps` steps on `device` after `warmup` ones, each step's state fed
+    to the next, the loss waited for."""
+    mesh = _mesh(device)
+    whole = NamedSharding(mesh, P())
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(logical_rules()):
+        graphdef, params = nnx.split(model_of(run.config, seed), nnx.Param)
+        params = jax.device_put(nnx.to_pure_dict(params), whole)
+        opt_state = jax.device_put(OPTIMIZER.init(params), whole)
+        shape = (run.config.batch, run.config.seq + 1)
+        tokens = jax.random.randint(jax.random.key(seed), shape, 0, run.config.vocab)
+        tokens = jax.device_put(tokens, whole)
+        step = jitted(run, graphdef)
+        seconds = []
+        for i in range(warmup + steps):
+            start = time.perf_counter()
+            params, opt_state, value = step(params, opt_state, tokens)
+            jax.block_until_ready(value)
+            if i >= warmup:
+                seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def median(seconds):
+    return statistics.median(seconds)
