@@ -4,6 +4,7 @@
   `layout({name: array})` draws them, one panel per array, each block labelled by its devices.
 - `traffic(rows)`: the bytes of a step's collectives (`guide_helpers.compiled.collectives`), by
   scope (each layer of a loop, or once per step), pass and kind; `traffic_chart(rows)` draws them.
+- `ranges_chart(rows)`: measured values against predicted ranges, one row each.
 
 Figures have an opaque white background, so that they read the same in the site's light and dark
 themes. Each function returns a matplotlib Figure, which a notebook cell shows as its last value.
@@ -179,6 +180,27 @@ def traffic_chart(rows, title=None):
         plt.Rectangle((0, 0), 1, 1, facecolor=KIND_COLOURS[k], edgecolor="black") for k in kinds
     ]
     ax.legend(handles, kinds, loc="lower right", fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def ranges_chart(rows, unit="ms", title=None):
+    """One row per (label, measured, (low, high)): the predicted range as a bar, the measured
+    value as a dot, each as a fraction of the range's low end, so that steps of any length
+    share one axis."""
+    fig, (ax,) = _figure(1, 1.0 + 0.4 * len(rows))
+    fig.set_size_inches(8, 1.0 + 0.4 * len(rows))
+    for y, (label, measured, (low, high)) in enumerate(rows):
+        ax.barh(y, high / low - 1, left=1, color=PALETTE[0], edgecolor="black", height=0.5)
+        ax.plot(measured / low, y, "o", color=PALETTE[6], markeredgecolor="black")
+        ax.text(max(high / low, measured / low), y, f"  {measured:,.1f} {unit}", va="center",
+                fontsize=8)  # fmt: skip
+    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("measured (dot) and predicted range (bar), over the range's low end", fontsize=9)
+    ax.tick_params(labelsize=8)
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()

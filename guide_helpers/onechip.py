@@ -9,15 +9,22 @@ products' outputs ("dots"); `micro_batches` accumulates the gradient over slices
 f32 with `jax.lax.scan`.
 
 - `Run`: one configuration, a `plan.Config` with its remat policy and micro-batches.
-- `compile_step(run, device)`: the step compiled from shapes alone for `device` (a TPU chip of
+- `compile_for(run, device)`: the step compiled from shapes alone for `device` (a TPU chip of
   `guide_helpers.tpu.topology`, or any JAX device).
 - `timed_steps(run, device, steps)`: run it on `device` with real arrays: seconds per step.
+- `load(path)`: a file of measurements (tools/measure_tpu.py's): its provenance and, for each
+  configuration, its `Run` and what was recorded.
+- `predicted(run, chip)`: what `plan.estimate` says of a run on one chip; `fills(run)`: whether
+  a run is big enough for the estimator's whole-step MFU to apply (`FILLS`).
 """
 
+import json
+import re
 import statistics
 import time
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +33,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from guide_helpers.plan import REMAT, Config
+from guide_helpers.plan import REMAT, Config, Layout, estimate, model_flops
 from guide_helpers.transformer import Transformer, logical_rules, next_token_loss, residual
 
 POLICIES = {
@@ -35,6 +42,9 @@ POLICIES = {
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
 OPTIMIZER = optax.adamw(1e-4)
+# The measurements on record, one file per session on a chip (guide_helpers/measured/README.md).
+MEASURED = Path(__file__).parent / "measured"
+RECORDED_V5E = MEASURED / "tpu_v5e_2026-12-05.jsonl"
 
 
 @dataclass(frozen=True)
@@ -139,7 +149,7 @@ def jitted(run, graphdef):
     return jax.jit(step_fn(graphdef, run), donate_argnums=(0, 1))
 
 
-def compile_step(run, device):
+def compile_for(run, device):
     """The step compiled from shapes alone for `device`: nothing is allocated."""
     graphdef, params, opt_state, tokens = abstract_args(run, device)
     mesh = _mesh(device)
@@ -172,3 +182,41 @@ def timed_steps(run, device, steps=10, warmup=2, seed=0):
 
 def median(seconds):
     return statistics.median(seconds)
+
+
+def _run_of(record):
+    """The Run a record describes: its "config" fields, or, in the first file, its name."""
+    if "config" in record:
+        return Run(Config(**record["config"]), record["remat"], record["micro_batches"])
+    fields = dict(re.findall(r"(\w+)=(\w+)", record["what"]))
+    config = Config(
+        vocab=int(fields["V"]), embed=int(fields["E"]), heads=int(fields["H"]),
+        hidden=int(fields["F"]), layers=int(fields["L"]), seq=int(fields["S"]),
+        batch=int(fields["B"]),
+    )  # fmt: skip
+    return Run(config, fields.get("remat", "none"), int(fields.get("micro", 1)))
+
+
+def load(path):
+    """(provenance, [(Run, record)]) of a measurements file: JSON lines, the provenance first,
+    then one configuration a line; other lines (the first file's matmul) are left out."""
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    provenance = lines[0]["provenance"]
+    return provenance, [(_run_of(r), r) for r in lines[1:] if r["what"].startswith("transformer")]
+
+
+ONE_CHIP = Layout("one chip", 1, 1, 1, 1, 1, 1)
+# Model FLOPs per step from which a step fills a chip (1 TFLOP: 5 ms of a v5e's peak). A smaller
+# one is bound by launching its many small operations, not by its FLOPs, and the estimator's
+# whole-step MFU, measured on large models, does not apply to it.
+FILLS = 1e12
+
+
+def predicted(run, chip, flash=False):
+    """`plan.estimate` of `run` on one `chip`: its memory (scores held unless `flash`), FLOPs
+    and step time."""
+    return estimate(run.config, ONE_CHIP, chip, run.micro_batches, run.remat, flash=flash)
+
+
+def fills(run):
+    return model_flops(run.config, ONE_CHIP) >= FILLS

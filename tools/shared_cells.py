@@ -35,9 +35,14 @@ from guide_helpers import require_devices
 with require_devices(8):  # too few devices: stop and say what to do
     jax.config.update("jax_num_cpu_devices", 8)  # on CPU: 8 emulated devices"""
 # Guides that need another count than 8, or CPU devices on any host: the 8B plan's two nodes of 8,
-# and the TPU compiler page's CPU programs (both compile for them), so that a host with 8 GPUs
-# runs them unchanged.
-DEVICES = {"plan_an_8b_model": (16, "cpu"), "tpu_compiler": (8, "cpu")}
+# the TPU compiler page's CPU programs (both compile for them) and the v5e ground truth page,
+# which compiles for a TPU chip that is not there, so that a host with GPUs or TPUs runs them
+# unchanged.
+DEVICES = {
+    "plan_an_8b_model": (16, "cpu"),
+    "tpu_compiler": (8, "cpu"),
+    "ground_truth_v5e": (8, "cpu"),
+}
 
 
 def setup_cell(name):

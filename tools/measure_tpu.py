@@ -1,0 +1,181 @@
+"""Measure the site's transformer on one TPU chip: the ground truth for `guide_helpers.plan`.
+
+On a TPU host (a TPU v5e VM, or Colab's v5e-1), from the repository root, with requirements.txt
+installed:
+
+    python tools/measure_tpu.py --out guide_helpers/measured/tpu_v5e_DATE.jsonl
+
+For each configuration of `grid("full")` (`guide_helpers.onechip.Run`: width, depth, heads,
+sequence, batch, remat none/dots/block, micro-batches), it compiles the train step for the chip
+and records the compiled memory breakdown (`memory_analysis()`), XLA's FLOPs (`cost_analysis()`)
+and the matrix-product FLOPs read from the program; then it runs the step with real arrays and
+records the median (and min, max) of `--steps` steps after `--warmup` ones, the chip's peak
+bytes in use (`memory_stats()`: a process-wide maximum, so the largest of the configurations
+run so far) and the MFU: the model's FLOPs (`plan.model_flops`: no remat, causal attention)
+over the median step and the chip's peak FLOP/s (`roofline.CHIPS`). A configuration that does
+not fit the chip is recorded as such, not run. The first line of the file is its provenance:
+chip, JAX, libtpu, flax, optax and numpy versions, Python, date and command.
+
+`--compile-only` needs no TPU: it compiles the grid for one chip of a v5e slice with libtpu
+(`guide_helpers.tpu.topology`) and records what the compiler says, to plan a run.
+
+About 4 minutes on a v5e (compiling dominates). `--grid tiny --platform cpu` runs two small
+configurations on the CPU, for the tool's own test (no MFU there: the CPU has no peak here).
+"""
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def grid(name):
+    from guide_helpers.onechip import Run
+    from guide_helpers.plan import Config
+
+    def run(embed, hidden, layers, seq, batch, remat="none", micro=1, heads=None, vocab=32000):
+        config = Config(vocab, embed, heads or embed // 128, hidden, layers, seq, batch)
+        return Run(config, remat, micro)
+
+    if name == "tiny":
+        return [run(128, 512, 2, 64, 4, vocab=512), run(128, 512, 2, 64, 4, "block", 2, vocab=512)]
+    return [
+        run(256, 1024, 4, 128, 16, heads=4, vocab=1000),  # small: overhead, not the chip, binds
+        run(1024, 4096, 8, 2048, 8),
+        run(1024, 4096, 8, 4096, 4, "block"),
+        run(2048, 8192, 4, 1024, 2),
+        run(2048, 8192, 4, 2048, 2),
+        run(2048, 8192, 4, 2048, 4, "dots"),
+        run(2048, 8192, 4, 2048, 4, "block"),
+        run(2048, 8192, 4, 2048, 8, "block", 2),
+        run(2048, 8192, 4, 2048, 8, "dots", 4),
+        run(2048, 8192, 8, 2048, 1),
+        run(2048, 8192, 12, 1024, 2, "block"),
+        run(3072, 12288, 2, 2048, 2),
+        run(4096, 16384, 1, 2048, 1),
+        run(4096, 21504, 1, 4096, 1),
+    ]
+
+
+def versions():
+    found = {}
+    for package in ("jax", "jaxlib", "libtpu", "flax", "optax", "numpy"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def measure(run, device, steps, warmup, peak_flops, limit):
+    from guide_helpers import compiled as hlo
+    from guide_helpers import onechip, plan
+
+    one = plan.Layout("one chip", 1, 1, 1, 1, 1, 1)
+    start = time.perf_counter()
+    program = onechip.compile_for(run, device)
+    compile_s = time.perf_counter() - start
+    m = program.memory_analysis()
+    fields = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+    compiled = {f: getattr(m, f) for f in (*fields, "alias_size_in_bytes")}
+    model_flops = plan.model_flops(run.config, one)
+    record = {
+        "what": "transformer " + run.name,
+        "config": asdict(run.config),
+        "remat": run.remat,
+        "micro_batches": run.micro_batches,
+        "params_M": round(run.config.params / 1e6, 1),
+        "compile_s": round(compile_s, 1),
+        "compiled_GB": {f: round(v / 1e9, 3) for f, v in compiled.items()},
+        "compiled_bytes": compiled,
+        "xla_flops": int(program.cost_analysis()["flops"]),
+        "matmul_flops": hlo.matmul_flops(program),
+        "model_flops": int(model_flops),
+    }
+    peak_bound = hlo.memory(program).peak_bound
+    del program
+    record["fits"] = not limit or peak_bound <= limit
+    if not record["fits"] or not steps:
+        return record
+    seconds = onechip.timed_steps(run, device, steps=steps, warmup=warmup)
+    median = onechip.median(seconds)
+    record.update({
+        "measured_ms_median": round(median * 1e3, 2),
+        "measured_ms_min_max": [round(min(seconds) * 1e3, 2), round(max(seconds) * 1e3, 2)],
+        "mfu": round(model_flops / (median * peak_flops), 3) if peak_flops else None,
+    })  # fmt: skip
+    stats = device.memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        record["peak_bytes_in_use_GB"] = round(stats["peak_bytes_in_use"] / 1e9, 3)
+        record["bytes_limit_GB"] = round(stats["bytes_limit"] / 1e9, 3)
+    return record
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="the JSON-lines file to write")
+    parser.add_argument("--grid", choices=("full", "tiny"), default="full")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per configuration")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--platform", default="tpu", help="the JAX platform to measure on")
+    parser.add_argument("--compile-only", action="store_true", help="no TPU: compile for one")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    if args.platform == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    from guide_helpers.roofline import CHIPS
+
+    if args.compile_only:
+        from guide_helpers.tpu import topology
+
+        devices = topology("v5e:2x2")[:1]  # one chip: libtpu refuses a 1x1 slice
+        limit = int(15.75 * 2**30)  # what a v5e chip gives a program (its memory_stats)
+        args.steps = 0
+    else:
+        devices = jax.devices()
+        if devices[0].platform != args.platform:
+            print(f"error: JAX sees {devices[0].platform} devices here, not {args.platform}; "
+                  "run this on a TPU host, or pass --compile-only", file=sys.stderr)  # fmt: skip
+            return 2
+        limit = (devices[0].memory_stats() or {}).get("bytes_limit")
+    device = devices[0]
+    chip = {"TPU v5 lite": "TPU v5e", "TPU v5": "TPU v5p"}.get(device.device_kind)
+    peak = CHIPS[chip].flops if chip else None
+    provenance = {
+        "chip": device.device_kind,
+        "platform": device.platform,
+        "devices": len(devices),
+        "bytes_limit": limit,
+        "peak_flops": peak,
+        "versions": versions(),
+        "python": platform.python_version(),
+        "date": date.today().isoformat(),
+        "command": " ".join(["python", "tools/measure_tpu.py", *(argv or sys.argv[1:])]),
+        "step": "guide_helpers.onechip (the site's transformer, f32 Adam, bf16 compute, donated)",
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = grid(args.grid)
+    with out.open("w") as f:
+        f.write(json.dumps({"provenance": provenance}) + "\n")
+        for i, run in enumerate(runs):
+            record = measure(run, device, args.steps, args.warmup, peak, limit)
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            took = record.get("measured_ms_median", "fits" if record["fits"] else "does not fit")
+            print(f"[{i + 1}/{len(runs)}] {run.name}: {took} ms, MFU {record.get('mfu')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
