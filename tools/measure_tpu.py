@@ -19,7 +19,8 @@ chip, JAX, libtpu, flax, optax and numpy versions, Python, date and command.
 `--compile-only` needs no TPU: it compiles the grid for one chip of a v5e slice with libtpu
 (`guide_helpers.tpu.topology`) and records what the compiler says, to plan a run.
 
-About 4 minutes on a v5e (compiling dominates). `--grid tiny --platform cpu` runs two small
+About 4 minutes on a v5e, compiling most of it (7 to 20 s a configuration there, in the
+record of 2026-12-05). `--grid tiny --platform cpu` runs two small
 configurations on the CPU, for the tool's own test (no MFU there: the CPU has no peak here).
 """
 
@@ -101,6 +102,7 @@ def measure(run, device, steps, warmup, peak_flops, limit):
         "model_flops": int(model_flops),
     }
     peak_bound = hlo.memory(program).peak_bound
+    record["peak_GB"] = round(peak_bound / 1e9, 3)  # arguments + outputs + scratch - aliased
     del program
     record["fits"] = not limit or peak_bound <= limit
     if not record["fits"] or not steps:
@@ -172,8 +174,11 @@ def main(argv=None):
             record = measure(run, device, args.steps, args.warmup, peak, limit)
             f.write(json.dumps(record) + "\n")
             f.flush()
-            took = record.get("measured_ms_median", "fits" if record["fits"] else "does not fit")
-            print(f"[{i + 1}/{len(runs)}] {run.name}: {took} ms, MFU {record.get('mfu')}")
+            if "measured_ms_median" in record:
+                said = f"{record['measured_ms_median']} ms, MFU {record['mfu']}"
+            else:
+                said = "fits" if record["fits"] else "does not fit"
+            print(f"[{i + 1}/{len(runs)}] {run.name}: {said}, peak bound {record['peak_GB']} GB")
     return 0
 
 
