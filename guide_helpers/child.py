@@ -34,6 +34,7 @@ RAISED = re.compile(
 MARK = "warnings recorded: "
 RECORDER = f"""
 import json, sys, warnings
+import jax  # before recording: on a TPU host, JAX's import warns of the host, not of the code
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     exec(compile(sys.argv[1], "<code>", "exec"), {{"__name__": "__main__"}})
@@ -45,7 +46,12 @@ print({MARK!r} + json.dumps(pairs))
 def environ(extra=None):
     """This process's environment for a child: colour off, then `extra` on top."""
     kept = {name: value for name, value in os.environ.items() if name not in FORCING}
-    return {**kept, **PLAIN, **(extra or {})}
+    # A child runs where its parent does: a setup cell that fell back to CPU devices (a one-chip
+    # TPU host) set jax_platforms, and the chip's lock would refuse the child anyway.
+    jax = sys.modules.get("jax")
+    chosen = jax.config.jax_platforms if jax and hasattr(jax, "config") else None
+    platforms = {"JAX_PLATFORMS": chosen} if chosen else {}
+    return {**kept, **PLAIN, **platforms, **(extra or {})}
 
 
 def run_python(*args, timeout=120, env=None, cwd=None):

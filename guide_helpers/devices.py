@@ -67,6 +67,16 @@ def tpu_chips(pci=PCI):
     return chips
 
 
+def tpu_chips_opened(dev="/dev"):
+    """How many TPU chips this machine may open, by their device files: /dev/accelN (TPU v2 to
+    v4, v5p) or a numbered /dev/vfio/N group (v5e, v6e); None when /dev shows neither. A
+    sandbox can show every chip of the host on the PCI bus and hand over fewer (seen on a TPU
+    v5e host lent to this project: 4 chips on the bus, one /dev/vfio group, one JAX device)."""
+    accel = glob.glob(f"{dev}/accel[0-9]*")
+    vfio = [f for f in glob.glob(f"{dev}/vfio/*") if Path(f).name.isdigit()]
+    return len(accel) + len(vfio) or None
+
+
 def nvidia_gpus(dev="/dev", visible=None):
     """How many NVIDIA GPUs this process may use: device files, limited by CUDA_VISIBLE_DEVICES."""
     found = len([f for f in os.listdir(dev) if NVIDIA_GPU.match(f)]) if os.path.isdir(dev) else 0
@@ -85,7 +95,7 @@ def accelerators(pci=PCI, dev="/dev", environ=None, installed=plugin_installed):
     JAX_PLATFORMS, when set, is the user's choice: only the platform it names first counts."""
     environ = os.environ if environ is None else environ
     wanted = environ.get("JAX_PLATFORMS", "").split(",")[0].strip().lower()
-    chips = tpu_chips(pci)
+    chips = tpu_chips(pci)[: tpu_chips_opened(dev)]
     if chips and installed("TPU") and wanted in ("", "tpu"):
         return Accelerators("TPU", chips[0][0], sum(devices for _, devices in chips))
     gpus = nvidia_gpus(dev, environ.get("CUDA_VISIBLE_DEVICES"))

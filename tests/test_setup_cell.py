@@ -74,6 +74,7 @@ def host(tmp_path, pci=(), dev=()):
     (tmp_path / "pci").mkdir(exist_ok=True)
     (tmp_path / "dev").mkdir()
     for name in dev:
+        (tmp_path / "dev" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "dev" / name).write_text("")
     return str(tmp_path / "pci"), str(tmp_path / "dev")
 
@@ -87,6 +88,8 @@ def host(tmp_path, pci=(), dev=()):
         ("Kaggle TPU v5e-8", [INTEL] + [V5E] * 8, [], {}, ("TPU v5e", 8)),
         ("TPU v3-8: 4 chips of 2 cores", [V3] * 4, [], {}, ("TPU v3", 8)),
         ("TPU v4-8: 4 megacore chips", [V4] * 4, [], {}, ("TPU v4", 4)),
+        ("TPU v4-8, /dev/accel0-3", [V4] * 4, [f"accel{i}" for i in range(4)], {}, ("TPU v4", 4)),
+        ("v5e host, 1 of 4 handed over", [V5E] * 4, ["vfio/3", "vfio/vfio"], {}, ("TPU v5e", 1)),
         ("TPU, JAX_PLATFORMS=cpu", [V5E], [], {"JAX_PLATFORMS": "cpu"}, ("", 0)),
         ("Colab GPU (T4)", [INTEL], ["nvidia0", "nvidiactl", "nvidia-uvm"], {}, ("NVIDIA GPU", 1)),
         ("8 GPUs", [], [f"nvidia{i}" for i in range(8)] + ["nvidiactl"], {}, ("NVIDIA GPU", 8)),

@@ -59,11 +59,15 @@ HOST_WARNINGS = [
         ),
     ),
 ]
-# Start ipykernel with its IOPub pipe off: the pipe binds a TCP socket on 127.0.0.1.
+# Start ipykernel with its IOPub pipe off: the pipe binds a TCP socket on 127.0.0.1, and where
+# the host refuses that socket family, libzmq aborts the kernel. ipykernel's app asks for the
+# pipe by keyword (pipe=True), so the thread's class is replaced by one that never makes it.
 KERNEL = """
-import functools
 from ipykernel import iostream, kernelapp
-kernelapp.IOPubThread = functools.partial(iostream.IOPubThread, pipe=False)
+class IOPubThread(iostream.IOPubThread):
+    def __init__(self, socket, pipe=False, **kwargs):
+        super().__init__(socket, pipe=False, **kwargs)
+kernelapp.IOPubThread = IOPubThread
 kernelapp.launch_new_instance()
 """
 WHAT_JAX_SEES = """
@@ -103,7 +107,8 @@ def execute(path, folder, timeout):
     the kernel is shut down afterwards, whatever happened, so that it holds no chip."""
     notebook = nbformat.read(path, 4)
     manager = KernelManager(transport="ipc", ip=str(Path(folder) / f"kernel-{Path(path).stem}"))
-    manager.kernel_cmd = [sys.executable, "-c", KERNEL, "-f", "{connection_file}"]
+    # The command comes from the kernel spec (jupyter_client ignores a kernel_cmd set here).
+    manager.kernel_spec.argv = [sys.executable, "-c", KERNEL, "-f", "{connection_file}"]
     client = NotebookClient(
         notebook,
         km=manager,
