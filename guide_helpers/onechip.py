@@ -44,7 +44,12 @@ POLICIES = {
 OPTIMIZER = optax.adamw(1e-4)
 # The measurements on record, one file per session on a chip (guide_helpers/measured/README.md).
 MEASURED = Path(__file__).parent / "measured"
-RECORDED_V5E = MEASURED / "tpu_v5e_2026-12-05.jsonl"
+# tools/measure_tpu.py on one TPU v5e chip: 14 configurations over width, depth, sequence, batch,
+# remat and micro-batches
+RECORDED_V5E = MEASURED / "tpu_v5e_2026-12-06.jsonl"
+# The first record, made by another session before the tool: 6 configurations, 5 of them measured
+# again in RECORDED_V5E (the same shapes), so that the two sessions' steps can be compared
+FIRST_V5E = MEASURED / "tpu_v5e_2026-12-05.jsonl"
 
 
 @dataclass(frozen=True)
@@ -220,3 +225,61 @@ def predicted(run, chip, flash=False):
 
 def fills(run):
     return model_flops(run.config, ONE_CHIP) >= FILLS
+
+
+# HBM traffic per attention score that the step materializes (no flash kernel), in bytes, as
+# counted from its fusions: forward, the f32 scores written and read twice (mask and max, then
+# exp and sum) and the bf16 probabilities written and read by p @ v (4 + 4 + 4 + 2 + 2);
+# backward, the f32 gradient of the probabilities written and read, the probabilities read, the
+# bf16 gradient of the scores written and read by both products, the probabilities read again
+# for v's gradient (4 + 4 + 2 + 2 + 2 + 2 + 2).
+SCORE_TRAFFIC = {"forward": 16, "backward": 18}
+
+
+def score_seconds(run, chip):
+    """Seconds of HBM traffic for the attention scores one step materializes: every layer's, a
+    forward pass, another where remat recomputes it, and the backward pass."""
+    c = run.config
+    scores = c.batch * c.heads * c.seq**2 * c.layers
+    forwards = 1 if run.remat == "none" else 2
+    per_score = forwards * SCORE_TRAFFIC["forward"] + SCORE_TRAFFIC["backward"]
+    return scores * per_score / chip.hbm_bandwidth
+
+
+# A chosen threshold: a step whose scores take more than this many times its model FLOPs' time
+# at the peak to move is set by HBM, and no FLOP-based MFU applies to it.
+SCORE_BOUND = 2
+
+
+def score_bound(run, chip):
+    """Whether moving the attention scores takes more than SCORE_BOUND times as long as the
+    model's FLOPs at the chip's peak."""
+    return score_seconds(run, chip) > SCORE_BOUND * model_flops(run.config, ONE_CHIP) / chip.flops
+
+
+def mfu(run, record, chip):
+    """The whole-step MFU of a recorded step: the model's FLOPs over its median and the peak."""
+    return model_flops(run.config, ONE_CHIP) / (record["measured_ms_median"] / 1e3 * chip.flops)
+
+
+def mfu_range(chip, path=RECORDED_V5E):
+    """(lowest, highest) whole-step MFU of the chip's own recorded steps that fill it and are not
+    score-bound: the calibration that, for one chip, replaces published runs' range."""
+    _, records = load(path)
+    seen = [mfu(run, r, chip) for run, r in records if fills(run) and not score_bound(run, chip)]
+    return min(seen), max(seen)
+
+
+def time_range(run, chip, mfus=None):
+    """(fastest, slowest) seconds of `run`'s step on one `chip`: its model FLOPs at the highest
+    and at the lowest whole-step MFU of `mfus` (by default `mfu_range(chip)`)."""
+    low, high = mfus or mfu_range(chip)
+    time = predicted(run, chip).time
+    return time.at_mfu(high), time.at_mfu(low)
+
+
+def inside(run, record, chip, mfus=None):
+    """Whether a recorded step's median lies in `time_range` (its edges, themselves recorded
+    steps, count as inside whatever the last bit of the arithmetic says)."""
+    fast, slow = time_range(run, chip, mfus)
+    return fast * (1 - 1e-9) <= record["measured_ms_median"] / 1e3 <= slow * (1 + 1e-9)

@@ -19,8 +19,8 @@ chip, JAX, libtpu, flax, optax and numpy versions, Python, date and command.
 `--compile-only` needs no TPU: it compiles the grid for one chip of a v5e slice with libtpu
 (`guide_helpers.tpu.topology`) and records what the compiler says, to plan a run.
 
-About 4 minutes on a v5e, compiling most of it (7 to 20 s a configuration there, in the
-record of 2026-12-05). `--grid tiny --platform cpu` runs two small
+7 min 25 s on a v5e on 2026-12-06, 5 to 22 s of each configuration compiling
+(guide_helpers/measured/tpu_v5e_2026-12-06.jsonl). `--grid tiny --platform cpu` runs two small
 configurations on the CPU, for the tool's own test (no MFU there: the CPU has no peak here).
 """
 
