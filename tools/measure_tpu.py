@@ -20,7 +20,10 @@ chip, JAX, libtpu, flax, optax and numpy versions, Python, date and command.
 (`guide_helpers.tpu.topology`) and records what the compiler says, to plan a run.
 
 7 min 25 s on a v5e on 2026-12-06, 5 to 22 s of each configuration compiling
-(guide_helpers/measured/tpu_v5e_2026-12-06.jsonl). `--grid tiny --platform cpu` runs two small
+(guide_helpers/measured/tpu_v5e_2026-12-06.jsonl). `--grid sequence` keeps 16,384 tokens a step
+and grows the sequence, to find where the attention scores bind (7 min 14 s,
+tpu_v5e_2026-12-06_sequence.jsonl). A configuration the compiler refuses (RESOURCE_EXHAUSTED)
+is recorded as refused. `--grid tiny --platform cpu` runs two small
 configurations on the CPU, for the tool's own test (no MFU there: the CPU has no peak here).
 """
 
@@ -48,6 +51,17 @@ def grid(name):
 
     if name == "tiny":
         return [run(128, 512, 2, 64, 4, vocab=512), run(128, 512, 2, 64, 4, "block", 2, vocab=512)]
+    if name == "sequence":
+        # 16,384 tokens a step at every length, so the matrix products stay the same and only
+        # the attention scores (sequence squared) grow: where moving them binds the step.
+        return [
+            *(run(1024, 4096, 8, seq, 16384 // seq, "block") for seq in (512, 1024, 2048, 4096)),
+            run(1024, 4096, 8, 1024, 16),
+            run(1024, 4096, 8, 4096, 4),
+            run(1024, 4096, 8, 8192, 2, "block"),
+            run(2048, 8192, 4, 8192, 2, "block"),
+            run(1024, 4096, 8, 16384, 1, "block"),
+        ]
     return [
         # In the order of their compiled peaks (--compile-only), smallest first: the chip's
         # peak bytes in use is a maximum over the process, so each configuration's own peak
@@ -80,12 +94,22 @@ def versions():
 
 
 def measure(run, device, steps, warmup, peak_flops, limit):
+    import jax
+
     from guide_helpers import compiled as hlo
     from guide_helpers import onechip, plan
 
     one = plan.Layout("one chip", 1, 1, 1, 1, 1, 1)
     start = time.perf_counter()
-    program = onechip.compile_for(run, device)
+    try:
+        program = onechip.compile_for(run, device)
+    except jax.errors.JaxRuntimeError as e:  # the compiler's own refusal is a result: record it
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        said = str(e).split("\n")[0]
+        return {"what": "transformer " + run.name, "config": asdict(run.config),
+                "remat": run.remat, "micro_batches": run.micro_batches, "fits": False,
+                "refused": said}  # fmt: skip
     compile_s = time.perf_counter() - start
     m = program.memory_analysis()
     fields = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
@@ -130,7 +154,7 @@ def measure(run, device, steps, warmup, peak_flops, limit):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the JSON-lines file to write")
-    parser.add_argument("--grid", choices=("full", "tiny"), default="full")
+    parser.add_argument("--grid", choices=("full", "sequence", "tiny"), default="full")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--platform", default="tpu", help="the JAX platform to measure on")
@@ -184,7 +208,8 @@ def main(argv=None):
                 said = f"{record['measured_ms_median']} ms, MFU {record['mfu']}"
             else:
                 said = "fits" if record["fits"] else "does not fit"
-            print(f"[{i + 1}/{len(runs)}] {run.name}: {said}, peak bound {record['peak_GB']} GB")
+            said += f", peak bound {record['peak_GB']} GB" if "peak_GB" in record else ""
+            print(f"[{i + 1}/{len(runs)}] {run.name}: {said} {record.get('refused', '')}")
     return 0
 
 
