@@ -25,11 +25,12 @@ PORT ?= 8000
 
 comma := ,
 
-.PHONY: help setup setup-colab check-env html test portability lint bench sync execute serve clean
+.PHONY: help setup setup-colab check-env html test unit portability lint bench sync execute serve clean
 
 help:
 	@echo "make html     set up, execute every guide, build the site into $(HTML)"
 	@echo "make test     set up and run the tests (lint, pairing, build, nbval, browser, site checks)"
+	@echo "make unit     the unit tests of guide_helpers/ alone (tests/unit), no site build: under a minute"
 	@echo "make portability  execute every guide under a second profile (Python $(COLAB_PYTHON), another CPU), compare"
 	@echo "make lint     ruff over the notebooks' code, the tests and tools/"
 	@echo "make bench    time a clean build, rebuilds and each guide executed bare"
@@ -100,15 +101,19 @@ html: check-env
 	@echo
 	@echo "The site is built: open $(HTML)/index.html, or run 'make serve'."
 
-# The real build executes each guide once; tests/test_outputs.py then checks every stored output
-# against that execution with nbval's own comparison (strict, tests/nbval_sanitize.cfg).
+# The real build executes each guide once; tests/site/test_outputs.py then checks every stored output
+# against that execution with nbval's own comparison (strict, tests/support/nbval_sanitize.cfg).
 PYTEST_ARGS := -p no:cacheprovider -W error tests
 
 test: lint $(STAMP_COLAB)
 	PORTABILITY_PYTHON=$(abspath $(VENV_COLAB))/bin/python $(BIN)/python -m pytest $(PYTEST_ARGS) -m "not portability"
 
+# The edit loop's check: tests/unit, one file per guide_helpers module, no site built or executed.
+unit: check-env $(STAMP_COLAB)
+	PORTABILITY_PYTHON=$(abspath $(VENV_COLAB))/bin/python $(BIN)/python -m pytest $(PYTEST_ARGS)/unit
+
 # The stored outputs against one more execution of every guide under a second profile (Colab's
-# Python, XLA's ISA capped, another OpenBLAS kernel, one core): tests/test_portability.py. CI runs
+# Python, XLA's ISA capped, another OpenBLAS kernel, one core): tests/site/test_portability.py. CI runs
 # it too; `make test` uses that profile once, to prove that the check catches a float's digits.
 portability: check-env $(STAMP_COLAB)
 	PORTABILITY_PYTHON=$(abspath $(VENV_COLAB))/bin/python $(BIN)/python -m pytest $(PYTEST_ARGS) -m portability

@@ -1,18 +1,20 @@
 """Plumbing shared by the site's guides, so that each page shows its lesson and not this.
 
-- `require_devices`: the setup check: 8 devices, emulated on the CPU where the runtime has fewer
-  accelerators, or a message that says what to do.
-- `guide_helpers.compiled`: what a compiled step communicates and computes, read from its HLO.
-- `guide_helpers.launch`: run one script as several JAX processes, bounded in time.
-- `guide_helpers.child`: a child Python whose errors and warnings read alike on every Python.
-- `guide_helpers.tables`: HTML tables and byte formatting for the pages.
-- `guide_helpers.figures`: figures of a layout's blocks and a step's collectives, from the arrays.
-- `guide_helpers.exercises`: the pages' exercises, graded on the compiled program.
-- `guide_helpers.layouts`: the rules of a layout of the site's model, and its pieces.
-- `guide_helpers.roofline`: real chips' figures, with sources, and step times from them.
-- `guide_helpers.workdir`: a page's temporary directory and its `%%to_workdir` cell magic.
+By kind, each module tested once in tests/unit/test_MODULE.py (CONTRIBUTING.md):
 
-Each part is tested once, in tests/test_guide_helpers.py.
+- Plumbing: `devices` (`require_devices`, the setup cell's device check), `launch` (one script
+  as several JAX processes, bounded in time), `child` (a child Python whose errors and warnings
+  read alike on every Python), `workdir` (a page's scratch directory and `%%to_workdir`),
+  `tables` (HTML tables and byte formatting).
+- Models: `models` (the main guide's MLP), `transformer` (the NNX transformer), `layouts` (the
+  rules that map the models' logical axes to a mesh), `onechip` (the transformer's step on one
+  chip, as measured on a real TPU).
+- Program readers: `hlo` (what a compiled step communicates and computes, from its HLO), `tpu`
+  (the TPU compiler without a TPU), `profile` (a trace and a memory profile of a step that ran).
+- Cost models: `roofline` (chips, links and a step's time), `plan` (a plan's memory, FLOPs,
+  bytes per link and time, from formulas).
+- Teaching: `figures` (drawn from what the page asserts on), `exercises` (a reader's answer,
+  compiled and graded).
 """
 
 from guide_helpers.devices import require_devices

@@ -8,7 +8,7 @@ reference's:
 - value: every output within `atol` of the reference's (plus `rtol` of its size);
 - shardings: of every argument and output, as the compiled program has them;
 - collectives: the multiset of (kind, shape, pass, group size, where), weighted by runs per step;
-- memory: XLA's peak bound per device (`guide_helpers.compiled.memory`) at most `memory_limit`
+- memory: XLA's peak bound per device (`guide_helpers.hlo.memory`) at most `memory_limit`
   bytes (by default the reference's).
 
 What differs comes back as hints, such as "extra: 4 x all-gather f32[8,1024] forward in the
@@ -23,7 +23,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from guide_helpers.compiled import arrays, collectives, memory, shape_bytes
+from guide_helpers.hlo import arrays, collectives, memory, shape_bytes
 from guide_helpers.layouts import make_rules
 from guide_helpers.tables import mib
 from guide_helpers.transformer import logical_rules

@@ -2,7 +2,7 @@
 
 - `blocks(array)`: the blocks of an array each group of devices holds, read from its sharding;
   `layout({name: array})` draws them, one panel per array, each block labelled by its devices.
-- `traffic(rows)`: the bytes of a step's collectives (`guide_helpers.compiled.collectives`), by
+- `traffic(rows)`: the bytes of a step's collectives (`guide_helpers.hlo.collectives`), by
   scope (each layer of a loop, or once per step), pass and kind; `traffic_chart(rows)` draws them.
 - `ranges_chart(rows)`: measured values against predicted ranges, one row each.
 

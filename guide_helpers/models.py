@@ -1,7 +1,7 @@
 """The site's model, as the main guide (scale_up_a_flax_model) writes it, for the other pages.
 
 The main guide defines these classes in its own cells, because writing them is its lesson;
-tests/test_guide_helpers.py checks that its definitions and these stay identical.
+tests/site/test_sources.py checks that its definitions and these stay identical.
 
 - `DotReluDot`: relu(x @ W1) @ W2 with W1[embed, hidden@model] and W2[hidden@model, embed],
   so that each layer needs one all-reduce over 'model'.

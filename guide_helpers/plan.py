@@ -32,7 +32,7 @@ one window where the summed gradients are being made; `Estimate.window` is that 
 import math
 from dataclasses import dataclass
 
-from guide_helpers.compiled import ring
+from guide_helpers.hlo import ring
 from guide_helpers.roofline import StepTime
 
 REMAT = ("none", "dots", "block")  # jax.checkpoint of nothing, of each block, dots saveable

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from guide_helpers import compiled as hlo
+from guide_helpers import hlo
 
 
 class Event(NamedTuple):

@@ -1,7 +1,7 @@
 """Real chips, their links, and a roofline estimate of a train step's time on them.
 
 A compiled program tells you, per device and per step, how many FLOPs it computes and how many
-bytes it sends (`guide_helpers.compiled`). A chip's data sheet tells you how fast it computes and
+bytes it sends (`guide_helpers.hlo`). A chip's data sheet tells you how fast it computes and
 how fast its links carry bytes. Dividing one by the other gives two times:
 
 - `compute` = FLOPs / peak FLOP/s, the time if the chip ran at its peak and never waited;
@@ -531,7 +531,7 @@ def collective_on_links(c, node, node_of):
       is 1.875 times a hierarchical ring's network bytes.
     A collective-permute sends its array once, over the network if a pair crosses nodes.
     """
-    from guide_helpers.compiled import RING_PASSES, ring
+    from guide_helpers.hlo import RING_PASSES, ring
 
     if c.kind == "collective-permute":
         moving = [(s, t) for s, t in c.device_groups if s != t]

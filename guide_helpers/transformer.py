@@ -1,7 +1,7 @@
 """The site's second model: a small decoder-only transformer in Flax NNX.
 
 The transformer guide (docs/transformer.md) writes these classes out as its lesson;
-tests/test_guide_helpers.py checks that its definitions and these stay identical, so that later
+tests/site/test_sources.py checks that its definitions and these stay identical, so that later
 pages import the same model from here.
 
 Every weight is created with logical axis names, mapped to the mesh by `nnx.logical_axis_rules`

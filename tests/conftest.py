@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
+
+# The unit tests' devices: 8 emulated CPU devices, set before JAX starts its backend here (this
+# file is read before any test module), as each guide's setup cell does.
+jax.config.update("jax_num_cpu_devices", 8)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -56,7 +61,7 @@ def sphinx_command(srcdir, outdir, doctrees, executed=None):
     -E reads every page again (no saved environment), so no guide escapes execution. With
     `executed`, a folder that must not exist yet, the guides are executed into a new, empty
     jupyter-cache there (myst-nb's `cache` mode with nothing cached executes every guide, once),
-    which keeps each executed notebook for tests/test_outputs.py; without it, `force` mode.
+    which keeps each executed notebook for tests/site/test_outputs.py; without it, `force` mode.
     """
     if executed is None:
         mode = ["-D", "nb_execution_mode=force"]
@@ -95,10 +100,11 @@ def run(cmd, timeout, **kwargs):
 def site():
     """The real build of the site into _build/html, every guide executed once, networking cut off.
 
-    The executed notebooks are kept in EXECUTED: tests/test_outputs.py compares the stored
+    The executed notebooks are kept in EXECUTED: tests/site/test_outputs.py compares the stored
     notebooks with them, so `make test` executes each guide once, not twice.
     Where a network namespace cannot be made (no unshare, no privileges), it builds online and
-    `site.offline` is False; tests/test_build.py then skips its offline check (fails under CI).
+    `site.offline` is False; tests/site/test_build.py then skips its offline check (fails under
+    CI).
     """
     prefix = offline_prefix()
     shutil.rmtree(EXECUTED, ignore_errors=True)
@@ -113,3 +119,11 @@ def guides():
     names = guide_names()
     assert names, "no guides found in docs/"
     return names
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    """The 2 x 4 mesh ('data', 'model') that the program readers' tests compile on."""
+    from jax.sharding import AxisType
+
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)

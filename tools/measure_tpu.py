@@ -96,8 +96,7 @@ def versions():
 def measure(run, device, steps, warmup, peak_flops, limit):
     import jax
 
-    from guide_helpers import compiled as hlo
-    from guide_helpers import onechip, plan
+    from guide_helpers import hlo, onechip, plan
 
     one = plan.Layout("one chip", 1, 1, 1, 1, 1, 1)
     start = time.perf_counter()

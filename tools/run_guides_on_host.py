@@ -12,12 +12,11 @@ root, with requirements.txt installed,
   allows no network sockets, not even loopback, still runs it.
 - A guide that starts several JAX processes (`guide_helpers.launch`) needs sockets for
   `jax.distributed`; on a host that allows none it is not run, and the report says why.
-- Each code cell's outputs are compared with the stored ones by the project's own nbval
-  comparison (tests/compare_outputs.py, tests/nbval_sanitize.cfg), after two things the host
-  adds are taken out, each named and counted in the report: the setup cell's line that says it
-  fell back to emulated CPU devices (`guide_helpers.devices.FALLBACK_LINE`), and JAX's own
-  warnings on a TPU host (HOST_WARNINGS). Anything else that differs is reported with nbval's
-  diff.
+- Each code cell's outputs are compared with the stored ones by the project's own nbval comparison
+  (tests/support/compare_outputs.py, tests/support/nbval_sanitize.cfg), after two things the host
+  adds are taken out, each named and counted in the report: the setup cell's line that says it fell
+  back to emulated CPU devices (`guide_helpers.devices.FALLBACK_LINE`), and JAX's own warnings on a
+  TPU host (HOST_WARNINGS). Anything else that differs is reported with nbval's diff.
 
 The exit status is 0 only if every guide that ran reproduced its stored outputs.
 """
@@ -41,8 +40,8 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "tests")]
-from compare_outputs import sanitize_patterns, stale_cells  # noqa: E402  (tests/)
 from guides import guide_names  # noqa: E402  (tools/)
+from support.compare_outputs import sanitize_patterns, stale_cells  # noqa: E402  (tests/)
 
 from guide_helpers.devices import FALLBACK_LINE  # noqa: E402
 

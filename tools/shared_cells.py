@@ -7,8 +7,8 @@
 - The device setup cell, the second: `setup_cell(name)`, 8 devices (or the count `DEVICES` gives
   the guide) or a message that says what to do.
 
-A fork changes REPOSITORY_URL once and runs `make sync`; a new pin, the same. tests/test_site.py
-checks that every guide agrees.
+A fork changes REPOSITORY_URL once and runs `make sync`; a new pin, the same.
+tests/site/test_site.py checks that every guide agrees.
 """
 
 import re

@@ -1,5 +1,5 @@
 """Two profiles: this machine as it is, and a second that differs from it in every way a
-stored output could depend on (tests/test_portability.py executes the guides under it).
+stored output could depend on (tests/site/test_portability.py executes the guides under it).
 
 The second profile runs another Python, Colab's (a venv of its own, made by the Makefile and
 named by PORTABILITY_PYTHON), caps XLA's vector ISA one step below this CPU's

@@ -1,9 +1,9 @@
 """nbval's strict comparison of stored outputs with an execution, outside a kernel.
 
-Used by tests/test_outputs.py (the stored notebooks against the test build) and by
-tests/test_portability.py (the same, against an execution under a second CPU profile): one
+Used by tests/site/test_outputs.py (the stored notebooks against the test build) and by
+tests/site/test_portability.py (the same, against an execution under a second CPU profile): one
 comparison, nbval's own (`IPyNbCell.compare_outputs`), with its stream merging, its cell options
-(tags and comments) and the sanitizer file tests/nbval_sanitize.cfg.
+(tags and comments) and the sanitizer file tests/support/nbval_sanitize.cfg.
 """
 
 import copy
@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from conftest import ROOT
 from nbval.plugin import (
     IPyNbCell,
     coalesce_streams,
@@ -21,7 +20,8 @@ from nbval.plugin import (
     nocolors,
 )
 
-SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
+ROOT = Path(__file__).resolve().parents[2]
+SANITIZE = ROOT / "tests" / "support" / "nbval_sanitize.cfg"
 # What nbval leaves out of the comparison when nbdime is off (IPyNbFile.skip_compare).
 SKIP_COMPARE = (
     "metadata", "traceback", "prompt_number", "output_type", "name", "execution_count",

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import run
 
-# tools/, on sys.path through conftest: every guide's cell 2, which tests/test_site.py checks
+# tools/, on sys.path through conftest: every guide's cell 2, which tests/site/test_site.py checks
 from shared_cells import SETUP_CELL
 
 import guide_helpers.devices as devices

@@ -3,14 +3,19 @@
 The test build (the `site` fixture) executes each guide once and keeps the executed notebooks
 in a jupyter-cache. Each stored notebook is compared, cell by cell, with that execution, using
 nbval's own comparison (`IPyNbCell.compare_outputs`), its stream merging, its cell options
-(tags and comments) and the sanitizer file tests/nbval_sanitize.cfg, as `pytest --nbval
---nbval-sanitize-with tests/nbval_sanitize.cfg` would, without executing every guide again.
+(tags and comments) and the sanitizer file tests/support/nbval_sanitize.cfg, as `pytest --nbval
+--nbval-sanitize-with tests/support/nbval_sanitize.cfg` would, without executing every guide again.
 """
 
 import nbformat
 import pytest
-from compare_outputs import executed_notebooks, sanitize_patterns, stale_cells, stale_report
 from conftest import EXECUTED, NOTEBOOKS, guide_names
+from support.compare_outputs import (
+    executed_notebooks,
+    sanitize_patterns,
+    stale_cells,
+    stale_report,
+)
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +26,7 @@ def executed(site):
 @pytest.mark.parametrize("name", guide_names())
 def test_stored_outputs_are_what_the_code_prints_now(executed, name):
     assert name in executed, (
-        f"the build did not execute {name} successfully; see tests/test_build.py's failure"
+        f"the build did not execute {name} successfully; see tests/site/test_build.py's failure"
     )
     stored = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
     problems = stale_cells(stored, executed[name], sanitize_patterns())

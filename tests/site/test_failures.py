@@ -8,27 +8,8 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, run, sphinx_command
-
-HEADER = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-"""
-
-
-def write_site(src, pages):
-    src.mkdir()
-    toctree = "\n".join(pages)
-    (src / "index.md").write_text(f"# Index\n\n```{{toctree}}\n{toctree}\n```\n")
-    for name, code in pages.items():
-        body = f"# {name}\n\n```{{code-cell}} ipython3\n{code}\n```\n"
-        (src / f"{name}.md").write_text(HEADER + body)
+from support.compare_outputs import SANITIZE
+from support.sites import write_site
 
 
 def test_failing_cell_and_deprecation_warning_fail_the_build(tmp_path):
@@ -58,7 +39,7 @@ def test_sanitizer_masks_timings_and_only_timings():
 
     from nbval.plugin import get_sanitize_patterns
 
-    patterns = get_sanitize_patterns((ROOT / "tests" / "nbval_sanitize.cfg").read_text())
+    patterns = get_sanitize_patterns(SANITIZE.read_text())
     timing = "35 ms ± 470 μs per loop (mean ± std. dev. of 5 runs, 5 loops each)"
 
     def sanitize(text):

@@ -20,8 +20,8 @@ Where an instruction sits is decided by the computation it belongs to, not by it
 keeps an op's name when it moves (hoists) the op out of a loop, so "while/body" in a name does
 not mean the op runs in the loop.
 
-Tested on: XLA's CPU programs (every guide, and tests/test_guide_helpers.py); TPU programs that
-libtpu compiles here with no TPU attached (tests/test_tpu_programs.py, the tpu_compiler guide):
+Tested on: XLA's CPU programs (every guide, and tests/unit/test_hlo.py); TPU programs that
+libtpu compiles here with no TPU attached (tests/unit/test_tpu.py, the tpu_compiler guide):
 tiled memory layouts in shapes (`{1,0:T(8,128)}`), loops with no known_trip_count (counted from
 their condition), async collectives as chains of fusions (a start, the compute fusions that run
 while it is in flight, a done; counted once, with `overlapped` matrix products), the
@@ -226,25 +226,6 @@ def _in_loops(program):
     return found
 
 
-def group_size(attrs, devices=None):
-    """Devices per replica group, in any of the notations XLA prints; `devices` is the module's
-    device count, for `replica_groups={}` (one group of every device)."""
-    if re.search(r"replica_groups=\{\}", attrs):
-        if devices is None:
-            raise ValueError("replica_groups={} needs the module's device count")
-        return devices
-    if groups := re.search(r"replica_groups=\{\{([\d,]*)\}", attrs):  # {{0,1,2,3},{4,5,6,7}}
-        return len(groups[1].split(","))
-    if groups := re.search(r"replica_groups=\[\d+,(\d+)\]<=", attrs):  # [4,2]<=[2,4]T(1,0)
-        return int(groups[1])
-    if groups := re.search(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}", attrs):
-        sizes = {axis: int(n) for axis, n in re.findall(r"'(\w+)'=(\d+)", groups[1])}
-        return math.prod(sizes[axis] for axis in re.findall(r"'(\w+)'", groups[2]))
-    if "source_target_pairs=" in attrs:  # a collective-permute sends between pairs
-        return 2
-    raise ValueError(f"no replica groups in {attrs[:200]!r}")
-
-
 def _iota(dims, perm=None):
     """Device ids as XLA's iota notation writes them: `[2,8]T(1,0)` is arange(16) laid out as
     2 x 8, then transposed; the result is flat, in the transposed order."""
@@ -362,18 +343,19 @@ def collectives(compiled):
             else "other"
         )  # fmt: skip
         of_argument = next((arguments[a] for a in ins.operands if a in arguments), None)
+        groups = device_groups(ins.attrs, devices)  # a permute's: its (source, target) pairs
         found.append(
             Collective(
                 kind=kind,
                 shape=shape,
                 nbytes=shape_bytes(shape),
-                group=group_size(ins.attrs, devices),
+                group=2 if "source_target_pairs=" in ins.attrs else len(groups[0]),
                 groups=_groups_text(ins.attrs),
                 where=where,
                 per_step=runs[ins.computation],
                 operand=op_name_of(of_argument) if of_argument else "",
                 op_name=op_name_of(made_by, default=""),
-                device_groups=device_groups(ins.attrs, devices),
+                device_groups=groups,
                 asynchronous=asynchronous,
                 overlapped=overlapped,
             )

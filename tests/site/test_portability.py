@@ -1,11 +1,11 @@
 """The stored outputs are the same on another machine: `make portability`.
 
 Every guide is executed once more, in the site's real Sphinx build, under a second profile
-(tests/profiles.py): Colab's Python (3.13, its own venv), XLA's vector ISA capped one step below
-this CPU's, another OpenBLAS kernel for NumPy, one core. Each stored notebook is then compared
-with that execution by the same nbval comparison as tests/test_outputs.py. A stored output that
-depends on the Python version, the CPU, its ISA, the BLAS kernel or the core count fails here,
-naming the guide, the cell and both outputs.
+(tests/support/profiles.py): Colab's Python (3.13, its own venv), XLA's vector ISA capped one step
+below this CPU's, another OpenBLAS kernel for NumPy, one core. Each stored notebook is then
+compared with that execution by the same nbval comparison as tests/site/test_outputs.py. A stored
+output that depends on the Python version, the CPU, its ISA, the BLAS kernel or the core count
+fails here, naming the guide, the cell and both outputs.
 
 The tests marked `portability` run under `make portability` (and CI); the last test, which
 proves that the check catches what it should, runs under `make test`.
@@ -15,10 +15,15 @@ import shutil
 
 import nbformat
 import pytest
-from compare_outputs import executed_notebooks, sanitize_patterns, stale_cells, stale_report
 from conftest import BUILD, BUILD_TIMEOUT, DOCS, NOTEBOOKS, ROOT, guide_names, run, sphinx_command
-from profiles import default_profile, not_taken_effect, probe, second_profile
-from test_failures import write_site
+from support.compare_outputs import (
+    executed_notebooks,
+    sanitize_patterns,
+    stale_cells,
+    stale_report,
+)
+from support.profiles import default_profile, not_taken_effect, probe, second_profile
+from support.sites import write_site
 
 PORTABILITY = BUILD / "portability"
 

@@ -9,9 +9,8 @@ import dataclasses
 import jax
 import pytest
 
-from guide_helpers import compiled as gc
-from guide_helpers import plan, roofline
-from guide_helpers.compiled import Collective
+from guide_helpers import hlo, plan, roofline
+from guide_helpers.hlo import Collective
 
 jax.config.update("jax_num_cpu_devices", 8)  # before JAX starts its backend, as in the guides
 
@@ -23,30 +22,6 @@ GPU = dataclasses.replace(
     roofline.CHIPS["H100 SXM"], link_bandwidth=400e9, network_bandwidth=50e9
 )  # round figures
 NODE = roofline.Slice(GPU, (4,))
-
-
-@pytest.mark.parametrize(
-    "attrs, groups",
-    [
-        ("replica_groups={{0,1},{2,3}}, to_apply=%add", ((0, 1), (2, 3))),
-        ("replica_groups=[2,2]<=[4], dimensions={0}", ((0, 1), (2, 3))),
-        ("replica_groups=[2,2]<=[2,2]T(1,0), dimensions={0}", ((0, 2), (1, 3))),
-        ("replica_groups={}, to_apply=%add", ((0, 1, 2, 3),)),
-        (
-            "replica_groups=mesh['a'=2,'b'=2], device_ids=([2,2]T(1,0)) {'b'}, dimensions={1}",
-            ((0, 2), (1, 3)),
-        ),
-        ("replica_groups=mesh['a'=2,'b'=2] {'a'}, to_apply=%add", ((0, 2), (1, 3))),
-        ("source_target_pairs={{0,1},{1,0}}, metadata={}", ((0, 1), (1, 0))),
-    ],
-)
-def test_device_groups_read_every_notation(attrs, groups):
-    assert gc.device_groups(attrs, devices=4) == groups
-
-
-def test_device_groups_refuse_what_they_cannot_read():
-    with pytest.raises(ValueError, match="no device groups"):
-        gc.device_groups("dimensions={0}")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +43,7 @@ def test_a_program_s_groups_decide_its_link(two_nodes):
     node_of = roofline.nodes_of(two_nodes, node_size=4)
     assert node_of == [0, 0, 0, 0, 1, 1, 1, 1]
     for axis, link in (("gpu", "NVLink"), ("node", "network")):
-        (c,) = gc.collectives(summed_over(two_nodes, axis))
+        (c,) = hlo.collectives(summed_over(two_nodes, axis))
         assert c.kind == "all-reduce" and len(c.device_groups) == {"gpu": 2, "node": 4}[axis]
         sent, _ = roofline.per_link([c], NODE, node_of)
         assert sent[link] > 0 and sent[{"NVLink": "network", "network": "NVLink"}[link]] == 0

@@ -66,7 +66,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 def base_url(browser, request):
     # Asked for only once a browser was found, so that a skip does not wait for the build.
     site = request.getfixturevalue("site")
-    assert site.returncode == 0, "the build failed; see tests/test_build.py"
+    assert site.returncode == 0, "the build failed; see tests/site/test_build.py"
     handler = functools.partial(QuietHandler, directory=str(HTML))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -1,4 +1,4 @@
-"""guide_helpers.compiled read on real TPU programs, compiled here by libtpu with no TPU attached.
+"""guide_helpers.hlo read on real TPU programs, compiled here by libtpu with no TPU attached.
 
 `make setup` installs the TPU compiler (requirements-tpu.txt); without it these tests fail and
 say how to install it, rather than skip.
@@ -7,8 +7,7 @@ say how to install it, rather than skip.
 import jax
 import pytest
 
-from guide_helpers import compiled as gc
-from guide_helpers import tpu
+from guide_helpers import hlo, tpu
 
 # Collected before any test runs, so before JAX starts its backend in this process.
 jax.config.update("jax_num_cpu_devices", 8)
@@ -77,27 +76,27 @@ def test_trip_counts_come_from_the_loop_condition(programs):
     # The TPU program states no known_trip_count; the readers count the loops from their
     # conditions, so the scanned layers run LAYERS times, as on the CPU.
     assert "known_trip_count" not in programs["tpu"].as_text()
-    per_step = {c.per_step for c in gc.collectives(programs["tpu"]) if c.where == "loop"}
+    per_step = {c.per_step for c in hlo.collectives(programs["tpu"]) if c.where == "loop"}
     assert per_step == {LAYERS}
-    assert gc.matmul_flops(programs["tpu"]) == gc.matmul_flops(programs["cpu"])
-    assert gc.matmul_flops(programs["tpu"]) == 6 * 2 * BATCH // 8 * EMBED * HIDDEN * LAYERS
+    assert hlo.matmul_flops(programs["tpu"]) == hlo.matmul_flops(programs["cpu"])
+    assert hlo.matmul_flops(programs["tpu"]) == 6 * 2 * BATCH // 8 * EMBED * HIDDEN * LAYERS
 
 
 def test_tpu_async_collectives_are_counted_once_with_their_overlap(programs):
-    rows = gc.collectives(programs["tpu"])
+    rows = hlo.collectives(programs["tpu"])
     gathers = [c for c in rows if c.kind == "all-gather"]
     # Each weight gathered forward and backward, once each, in bf16 (whole layers of W1, W2).
     assert sum(c.per_step for c in gathers) == 4 * LAYERS
     assert {c.shape.split("[")[0] for c in gathers} == {"bf16"}
     assert any(c.asynchronous and c.overlapped for c in gathers)
-    assert not any(c.asynchronous for c in gc.collectives(programs["cpu"]))
+    assert not any(c.asynchronous for c in hlo.collectives(programs["cpu"]))
 
 
 def test_the_tpu_reduce_scatters_what_the_cpu_all_reduces(programs):
     def gradient_sums(name):  # {(kind, (dims of each array))}, the gathers left out
-        rows = gc.collectives(programs[name])
+        rows = hlo.collectives(programs[name])
         return {
-            (c.kind, tuple(sorted(tuple(d) for _, d in gc.arrays(c.shape))))
+            (c.kind, tuple(sorted(tuple(d) for _, d in hlo.arrays(c.shape))))
             for c in rows
             if c.kind != "all-gather"
         }
@@ -109,7 +108,7 @@ def test_the_tpu_reduce_scatters_what_the_cpu_all_reduces(programs):
 
 
 def test_products_say_what_is_fused_and_in_what_precision(programs):
-    tpu_products, cpu_products = gc.products(programs["tpu"]), gc.products(programs["cpu"])
+    tpu_products, cpu_products = hlo.products(programs["tpu"]), hlo.products(programs["cpu"])
     assert {p.op for p in tpu_products} == {"convolution"}
     # The TPU fuses products with the relu's backward (select) and with in-flight gathers.
     assert any("select" in p.fused for p in tpu_products)
@@ -120,10 +119,10 @@ def test_products_say_what_is_fused_and_in_what_precision(programs):
 
 
 def test_layouts_are_stripped_from_tpu_shapes():
-    assert gc._strip_layout("(f32[32,1024]{1,0:T(8,128)S(1)}, bf16[2]{0:T(256)(2,1)})") == (
+    assert hlo._strip_layout("(f32[32,1024]{1,0:T(8,128)S(1)}, bf16[2]{0:T(256)(2,1)})") == (
         "(f32[32,1024], bf16[2])"
     )
-    assert gc._strip_layout("f32[]{:T(128)}") == "f32[]"
+    assert hlo._strip_layout("f32[]{:T(128)}") == "f32[]"
 
 
 def batched_scores(devices):
@@ -141,8 +140,8 @@ def test_a_batched_product_counts_once_on_the_tpu():
     """2 x batch x heads x q x k x d per device, whatever form the compiler writes it in."""
     expected = 2 * (32 // 8) * 4 * 64 * 64 * 16
     cpu, tpu_program = batched_scores(jax.devices("cpu")), batched_scores(tpu.topology("v5e:2x4"))
-    assert gc.matmul_flops(cpu) == gc.matmul_flops(tpu_program) == expected
-    assert {p.op for p in gc.products(tpu_program)} == {"convolution"}
+    assert hlo.matmul_flops(cpu) == hlo.matmul_flops(tpu_program) == expected
+    assert {p.op for p in hlo.products(tpu_program)} == {"convolution"}
 
 
 # The two forms of convolution found in a TPU program of the site's transformer (v5e 2x4,
@@ -173,6 +172,6 @@ PADDED = program(
 
 def test_convolution_flops_count_only_taps_on_real_elements():
     # dilated: per output element 16 features x 1 real tap of the 4x2 window
-    assert gc.matmul_flops(DILATED) == 2 * (4 * 2 * 64 * 64) * 16 * 1
+    assert hlo.matmul_flops(DILATED) == 2 * (4 * 2 * 64 * 64) * 16 * 1
     # padded: input 1 wide, window 2, pad 1 each side: 2 outputs, 1 real tap each
-    assert gc.matmul_flops(PADDED) == 2 * (4 * 64 * 2 * 16) * 16 * 1
+    assert hlo.matmul_flops(PADDED) == 2 * (4 * 64 * 2 * 16) * 16 * 1

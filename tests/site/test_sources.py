@@ -1,0 +1,107 @@
+"""One source per model and helper: the pages that teach a model define what guide_helpers
+shares, and no page redefines a helper.
+"""
+
+import ast
+
+import jupytext
+import pytest
+from conftest import DOCS, ROOT, guide_names
+
+
+def python_of(notebook):
+    """The notebook's code cells as one Python source, IPython magics turned into calls."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    transform = TransformerManager().transform_cell
+    return "\n".join(transform(c.source) for c in notebook.cells if c.cell_type == "code")
+
+
+def test_the_main_guide_defines_the_model_that_guide_helpers_shares():
+    """The main guide writes the model as its lesson; other pages import guide_helpers.models.
+    Both must stay the same, class by class."""
+
+    def classes(source):
+        return {
+            node.name: ast.dump(node)
+            for node in ast.parse(source).body
+            if isinstance(node, ast.ClassDef)
+        }
+
+    shared = classes((ROOT / "guide_helpers" / "models.py").read_text())
+    guide = jupytext.read(DOCS / "scale_up_a_flax_model.md")
+    in_guide = classes(python_of(guide))
+    for name, dump in shared.items():
+        assert in_guide.get(name) == dump, (
+            f"class {name} of docs/scale_up_a_flax_model.md differs from guide_helpers/models.py"
+        )
+
+
+def top_level(source, kinds=(ast.ClassDef, ast.FunctionDef)):
+    """{name: its AST dump} of the module's top-level classes and functions."""
+    body = ast.parse(source).body
+    return {node.name: ast.dump(node) for node in body if isinstance(node, kinds)}
+
+
+# The transformer guide writes the site's second model out; guide_helpers/transformer.py shares it.
+TRANSFORMER_LESSON = set(top_level((ROOT / "guide_helpers" / "transformer.py").read_text()))
+
+
+def test_the_transformer_guide_defines_the_model_that_guide_helpers_shares():
+    shared_source = (ROOT / "guide_helpers" / "transformer.py").read_text()
+    guide_source = python_of(jupytext.read(DOCS / "transformer.md"))
+    shared, in_guide = top_level(shared_source), top_level(guide_source)
+    assert {"Transformer", "DecoderBlock", "CausalSelfAttention", "next_token_loss"} <= set(shared)
+    for name, dump in shared.items():
+        assert in_guide.get(name) == dump, (
+            f"{name} of docs/transformer.md differs from guide_helpers/transformer.py"
+        )
+    names = [n for n in ast.parse(shared_source).body if isinstance(n, ast.Assign)]
+    assert all(ast.dump(n) in map(ast.dump, ast.parse(guide_source).body) for n in names)
+
+
+def definitions(source):
+    """{name: what it is} for the top-level functions and classes of a source; a class is
+    known by its bases too, so an NNX twin of a linen class (other bases) is another thing."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = "function"
+        elif isinstance(node, ast.ClassDef):
+            found[node.name] = "class(" + ", ".join(map(ast.unparse, node.bases)) + ")"
+    return found
+
+
+def shared_definitions():
+    """Every function and class that guide_helpers defines."""
+    found = {}
+    for module in (ROOT / "guide_helpers").glob("*.py"):
+        found.update(definitions(module.read_text()))
+    return found
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_no_guide_redefines_what_guide_helpers_provides(name):
+    """One source per helper: a guide imports it. Only the main guide and the transformer guide
+    write their models, their lessons (checked equal to guide_helpers above)."""
+    lessons = {
+        "scale_up_a_flax_model": {"DotReluDot", "MLP", "LogicalDotReluDot", "LogicalMLP"},
+        "transformer": TRANSFORMER_LESSON,
+    }
+    allowed = lessons.get(name, set())
+    shared = shared_definitions()
+    in_guide = definitions(python_of(jupytext.read(DOCS / f"{name}.md")))
+    copied = sorted(
+        n for n, kind in in_guide.items() if shared.get(n) == kind and n not in allowed
+    )
+    assert not copied, f"docs/{name}.md defines {copied} again: import it from guide_helpers"
+
+
+def test_the_redefinition_check_tells_a_copy_from_a_twin():
+    copy = "class MLP(nn.Module):\n    pass\ndef collectives(c):\n    pass\n"
+    twin = "class MLP(nnx.Module):\n    pass\n"
+    shared = shared_definitions()
+    assert {n for n, k in definitions(copy).items() if shared.get(n) == k} == {
+        "MLP", "collectives",
+    }  # fmt: skip
+    assert not {n for n, k in definitions(twin).items() if shared.get(n) == k}

@@ -1,0 +1,67 @@
+"""guide_helpers.profile: traces and memory profiles read from real runs here."""
+
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+
+def test_a_trace_is_read_per_device_and_joined_with_its_program(mesh, tmp_path):
+    from guide_helpers import profile
+
+    x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, P("data", "model")))
+    with jax.named_scope("outer"):
+        compiled = jax.jit(lambda a: jnp.sum(a @ a.T)).lower(x).compile()
+    compiled(x).block_until_ready()
+    with jax.profiler.trace(str(tmp_path), create_perfetto_trace=True):
+        for _ in range(2):
+            compiled(x).block_until_ready()
+    events = profile.read_trace(tmp_path)
+    assert {e.device for e in events} == set(range(8)) and len({e.run for e in events}) == 2
+    labels = profile.label_instructions(compiled)
+    assert {e.op for e in events} <= set(labels)
+    kinds = {labels[e.op][0] for e in events}
+    assert {"matmul", "all-reduce"} <= kinds
+    per_device = profile.timings(events, lambda e: labels[e.op][0])
+    assert all(t >= 0 for t in per_device.values()) and {d for d, _ in per_device} == set(range(8))
+    with pytest.raises(FileNotFoundError, match="create_perfetto_trace=True"):
+        profile.read_trace(tmp_path / "empty")
+
+
+def test_scopes_come_from_jax_names():
+    from guide_helpers import profile
+
+    text = textwrap.dedent(
+        """\
+        HloModule m
+
+        ENTRY %main (p: f32[4,4]) -> f32[4,4] {
+          %p = f32[4,4]{1,0} parameter(0)
+          %dot.1 = f32[4,4]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/layer_1/dot_general"}
+          ROOT %ar = f32[4,4]{1,0} all-reduce(%dot.1), replica_groups={{0,1}}, to_apply=%add, metadata={op_name="jit(f)/layer_10/psum"}
+        }
+        """  # noqa: E501
+    )
+    labels = profile.label_instructions(text, ["layer_1", "layer_10"])
+    assert labels["dot.1"] == ("matmul", "layer_1") and labels["ar"] == ("all-reduce", "layer_10")
+
+
+def test_the_memory_profile_agrees_with_the_live_arrays(mesh):
+    from collections import Counter
+
+    from guide_helpers import profile
+
+    kept = jax.device_put(jnp.ones((16, 1024)), NamedSharding(mesh, P("data", "model")))
+    samples = profile.memory_profile(jax.profiler.device_memory_profile())
+    in_profile, live = Counter(), Counter()
+    for s in samples:
+        if s.kind == "buffer":
+            in_profile[s.device] += s.nbytes
+    for array in jax.live_arrays():
+        for shard in array.addressable_shards:
+            live[f"cpu:{shard.device.id}"] += shard.data.nbytes
+    assert in_profile == live and kept.is_fully_addressable
+    assert any("batched_device_put" in s.functions for s in samples if s.kind == "buffer")
