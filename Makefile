@@ -19,8 +19,9 @@ STAMP_COLAB := $(VENV_COLAB)/.installed
 # `cache` re-executes only guides whose code changed; CI and Read the Docs use `force`.
 NB_EXECUTION_MODE ?= cache
 SPHINX := $(BIN)/python -m sphinx -b html -c . -d $(BUILD)/doctrees -W --keep-going
-# Guides are the docs/*.md files with a jupytext header; each has a notebooks/NAME.ipynb pair.
-GUIDES := $(basename $(notdir $(shell grep -l '^jupytext:' docs/*.md)))
+# Guides are the docs/*.md files with a jupytext header (tools/guides.py decides); each has a
+# notebooks/NAME.ipynb pair.
+GUIDES := $(shell $(PYTHON) tools/guides.py)
 PORT ?= 8000
 
 comma := ,
@@ -35,7 +36,7 @@ help:
 	@echo "make lint     ruff over the notebooks' code, the tests and tools/"
 	@echo "make bench    time a clean build, rebuilds and each guide executed bare"
 	@echo "make sync     write each docs/NAME.md into notebooks/NAME.ipynb, keeping outputs"
-	@echo "make execute  re-execute the stored notebooks in place"
+	@echo "make execute  build the site, then store each guide's outputs from that execution in notebooks/"
 	@echo "make serve    serve $(HTML) on http://127.0.0.1:$(PORT)"
 	@echo "make clean    remove $(BUILD)"
 
@@ -96,6 +97,10 @@ check-env: $(STAMP)
 	  echo "error: the TPU compiler is missing from $(LIBTPU_DIR) (requirements-tpu.txt)."; \
 	  echo "       Remove $(STAMP) and run make again to install it."; exit 1; }
 
+# conf.py's nb_execution_cache_path: one execution cache for the site, the stored notebooks
+# (`make execute`) and the tests' build, so that a guide is executed once per change of its code.
+EXECUTED := $(BUILD)/executed
+
 html: check-env
 	$(SPHINX) -D nb_execution_mode=$(NB_EXECUTION_MODE) docs $(HTML)
 	@echo
@@ -135,13 +140,11 @@ sync: $(STAMP)
 	  $(BIN)/jupytext --to ipynb --update --output notebooks/$$g.ipynb docs/$$g.md || exit 1; \
 	done
 
-execute: $(STAMP)
-	@for g in $(GUIDES); do \
-	  echo "Executing notebooks/$$g.ipynb"; \
-	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=600 \
-	    notebooks/$$g.ipynb || exit 1; \
-	done
+# The stored notebooks' outputs from the site build's own execution (tools/store_outputs.py):
+# the build executes only the guides whose code changed, then each notebook takes its outputs.
+execute: sync
+	@$(MAKE) --no-print-directory html NB_EXECUTION_MODE=cache
+	$(BIN)/python tools/store_outputs.py --cache $(EXECUTED)
 
 serve:
 	@test -f $(HTML)/index.html || { echo "error: no site in $(HTML); run 'make html' first."; exit 1; }

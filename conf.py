@@ -42,6 +42,9 @@ myst_heading_anchors = 3
 # Notebook execution. `cache` (jupyter-cache) re-executes a guide only when its code changes:
 # right for local edits. CI and Read the Docs pass `-D nb_execution_mode=force`.
 nb_execution_mode = "cache"
+# The one execution cache: the site's, the stored notebooks' (`make execute` copies their outputs
+# from it, tools/store_outputs.py) and the tests' build (tests/conftest.py starts it afresh).
+nb_execution_cache_path = str(Path(__file__).resolve().parent / "_build" / "executed")
 nb_execution_timeout = 600
 # On a failing cell: report the guide and the traceback in the console, keep going, then fail
 # (with -W). Raising instead hides the traceback in a temporary log file.

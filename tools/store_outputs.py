@@ -1,0 +1,71 @@
+"""Store each guide's outputs in notebooks/NAME.ipynb from the site build's execution.
+
+`make execute` builds the site (myst-nb, `cache` mode, the jupyter-cache in _build/executed),
+then runs this: each stored notebook takes its code cells' outputs and execution counts from the
+notebook the build executed, so the outputs a reader sees on GitHub and in Colab come from the
+same engine and the same execution that the site shows and that `make test` compares them with
+(tests/site/test_outputs.py). A guide whose code changed is executed once, by the build; one
+that did not is read back from the cache, executed zero times.
+
+    python tools/store_outputs.py [--cache _build/executed] [--notebooks notebooks] [NAME ...]
+
+A guide missing from the cache (its execution failed, or the build never ran) or whose stored
+code differs from its guide's (run `make sync`) is named, and no notebook is written.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "tests")]
+from guides import guide_names  # noqa: E402  (tools/)
+from support.compare_outputs import executed_notebooks  # noqa: E402  (tests/)
+
+
+def stored_from(stored, executed):
+    """`stored` with its code cells' outputs and execution counts taken from `executed`; every
+    other field (tags, metadata, markdown) left as it is. Raises if their code differs."""
+    mine = [c for c in stored.cells if c.cell_type == "code"]
+    theirs = [c for c in executed.cells if c.cell_type == "code"]
+    if [c.source for c in mine] != [c.source for c in theirs]:
+        raise ValueError("its code differs from the executed guide's: run `make sync` first")
+    for cell, run in zip(mine, theirs):
+        cell.outputs = run.outputs
+        cell.execution_count = run.execution_count
+    return stored
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", default=str(ROOT / "_build" / "executed"))
+    parser.add_argument("--notebooks", default=str(ROOT / "notebooks"), help="NAME.ipynb's folder")
+    parser.add_argument("names", nargs="*", help="guides (default: every guide)")
+    args = parser.parse_args(argv)
+    names = args.names or guide_names(ROOT / "docs")
+    executed = executed_notebooks(args.cache)
+    missing = [name for name in names if name not in executed]
+    if missing:
+        print(f"error: no execution of {', '.join(missing)} in {args.cache}: the build failed "
+              "there (see its log) or did not run", file=sys.stderr)  # fmt: skip
+        return 1
+    notebooks, failed = {}, []
+    for name in names:
+        path = Path(args.notebooks) / f"{name}.ipynb"
+        try:
+            notebooks[path] = stored_from(nbformat.read(path, as_version=4), executed[name])
+        except ValueError as e:
+            failed.append(f"{name}: {e}")
+    if failed:
+        print("error: nothing written;\n" + "\n".join(failed), file=sys.stderr)
+        return 1
+    for path, notebook in notebooks.items():
+        nbformat.write(notebook, path)
+    print(f"stored the outputs of {len(notebooks)} guides from {args.cache}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
