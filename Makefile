@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The TPU compiler, off the import path (see requirements-tpu.txt and guide_helpers/tpu.py).
+# The TPU compiler, off the import path (see guide_helpers/requirements-tpu.txt and guide_helpers/tpu.py).
 LIBTPU_DIR := $(VENV)/libtpu
 BUILD := _build
 HTML := $(BUILD)/html
@@ -42,7 +42,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-tpu.txt
+$(STAMP): requirements.txt guide_helpers/requirements-tpu.txt
 	@command -v $(PYTHON) >/dev/null || { \
 	  echo "error: '$(PYTHON)' not found. Install Python 3.11 or newer, or run make PYTHON=/path/to/python3."; exit 1; }
 	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || { \
@@ -54,10 +54,10 @@ $(STAMP): requirements.txt requirements-tpu.txt
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt || { \
 	  echo "error: installing requirements.txt into $(VENV) failed; see pip's message above."; \
 	  echo "       Remove $(VENV) and run make again to start from a clean environment."; exit 1; }
-	@echo "Installing requirements-tpu.txt (the TPU compiler) into $(LIBTPU_DIR) ..."
+	@echo "Installing guide_helpers/requirements-tpu.txt (the TPU compiler) into $(LIBTPU_DIR) ..."
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade \
-	  --target $(LIBTPU_DIR) -r requirements-tpu.txt || { \
-	  echo "error: installing requirements-tpu.txt into $(LIBTPU_DIR) failed; see pip's message above."; exit 1; }
+	  --target $(LIBTPU_DIR) -r guide_helpers/requirements-tpu.txt || { \
+	  echo "error: installing guide_helpers/requirements-tpu.txt into $(LIBTPU_DIR) failed; see pip's message above."; exit 1; }
 	@# Build matplotlib's font cache now: built during a guide, it can warn on stderr.
 	@$(BIN)/python -c 'import matplotlib.pyplot' || { \
 	  echo "error: matplotlib, just installed into $(VENV), does not import; see above."; exit 1; }
@@ -94,7 +94,7 @@ check-env: $(STAMP)
 	  echo "error: the environment in $(VENV) is broken: it lacks packages of requirements.txt."; \
 	  echo "       Remove it (rm -rf $(VENV)) and run make again to reinstall."; exit 1; }
 	@test -f $(LIBTPU_DIR)/libtpu/libtpu.so || { \
-	  echo "error: the TPU compiler is missing from $(LIBTPU_DIR) (requirements-tpu.txt)."; \
+	  echo "error: the TPU compiler is missing from $(LIBTPU_DIR) (guide_helpers/requirements-tpu.txt)."; \
 	  echo "       Remove $(STAMP) and run make again to install it."; exit 1; }
 
 # conf.py's nb_execution_cache_path: one execution cache for the site, the stored notebooks

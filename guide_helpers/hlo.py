@@ -393,8 +393,10 @@ def per_step(rows):
 
 
 def ring(n, nbytes, passes=1):
-    """Bytes one device sends in a ring of n devices: passes x (n - 1) / n of the array."""
-    return passes * (n - 1) / n * nbytes
+    """Bytes one device sends in a ring of n devices: passes x (n - 1) / n of the array; with
+    n None, the large-ring limit, the whole array each pass. The site's one ring formula:
+    `roofline`'s times and thresholds and `plan`'s bytes per link are built on it."""
+    return passes * (1.0 if n is None else (n - 1) / n) * nbytes
 
 
 def sent_per_device(rows):

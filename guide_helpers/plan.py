@@ -33,16 +33,18 @@ import math
 from dataclasses import dataclass
 
 from guide_helpers.hlo import ring
-from guide_helpers.roofline import StepTime
+from guide_helpers.roofline import ADAM_STATE, BF16, F32, StepTime, adam_update_bytes
 
 REMAT = ("none", "dots", "block")  # jax.checkpoint of nothing, of each block, dots saveable
-STATE_BYTES = 4 + 4 + 4  # per parameter: f32 master weights, f32 Adam mu and nu
-# per parameter, during the step: the f32 gradient accumulator, one micro-batch's f32
-# gradient, and the bf16 copy of the weights the matrix products read
-GRADIENT_BYTES = 4 + 4 + 2
-# per parameter, Adam's update once per step, in HBM: it reads the f32 master weight, mu, nu and
-# accumulated gradient and writes the weight, mu and nu back
-UPDATE_BYTES = 4 * 4 + 3 * 4
+# Per parameter, from roofline's one accounting of mixed-precision Adam, for the site's step
+# (the f32 parameters cast to bf16 inside the loss): the state, f32 master weights and moments
+STATE_BYTES = sum(ADAM_STATE.values())
+# during the step: the f32 gradient accumulator, one micro-batch's f32 gradient, and the bf16
+# copy of the weights the matrix products read
+GRADIENT_BYTES = F32 + F32 + BF16
+# Adam's update once per step, in HBM: it reads the master weight, mu, nu and the accumulated
+# f32 gradient and writes the weight, mu and nu back (no bf16 copy is kept)
+UPDATE_BYTES = adam_update_bytes(gradient=F32, copy=0)
 # per attention score, in the one layer being differentiated, with attention that materializes
 # its scores (XLA's on CPU): the causal mask (1 byte), scores and their exponentials (f32, 4
 # each), the bf16 probabilities (2), and the f32 gradient of the scores (4)
@@ -52,7 +54,7 @@ SCORE_BYTES = 1 + 4 + 4 + 2 + 4
 LOGIT_BYTES = 2 + 4 + 4 + 4
 # the leaner practice: a bf16 micro-batch gradient summed into an f32 main gradient; a fused
 # (or chunked) cross-entropy that keeps the bf16 logits and never their f32 copies
-LEAN_GRADIENT_BYTES = 4 + 2
+LEAN_GRADIENT_BYTES = F32 + BF16
 FUSED_LOGIT_BYTES = 2
 
 

@@ -41,7 +41,9 @@ FLOP/s with sparsity: each `Chip.notes` says what the source printed and how it 
 
 import collections
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from guide_helpers.hlo import RING_PASSES, ring
 
 GB = 1e9  # vendors' GB and Gb are decimal
 GIB = 2**30
@@ -224,7 +226,7 @@ class Slice:
 
 def ring_seconds(nbytes, devices, bandwidth, passes=1):
     """Seconds of `passes` ring passes of an `nbytes` array among `devices`, per device."""
-    return passes * (devices - 1) / devices * nbytes / bandwidth
+    return ring(devices, nbytes, passes) / bandwidth
 
 
 def hierarchical_all_reduce(nbytes, node, nodes):
@@ -389,22 +391,27 @@ def step_time(flops_per_device, communication_seconds, chip, hbm_bytes_moved=0) 
     )
 
 
-# Bytes per parameter of mixed-precision training with Adam: a bf16 copy of the parameters for
-# the matrix products, f32 master parameters and f32 moments (mu, nu) for the update, and bf16
-# gradients. The update reads master, mu, nu and the gradient and writes master, mu, nu and the
-# bf16 copy.
-MIXED = {"params": 2, "master": 4, "moments": 8, "grads": 2}
-ADAM_UPDATE_BYTES = (
-    MIXED["master"]
-    + MIXED["moments"]
-    + MIXED["grads"]
-    + (MIXED["master"] + MIXED["moments"] + MIXED["params"])
-)  # 28: read 14, write 14
+# Mixed-precision Adam, bytes per parameter: the site's one accounting. Adam keeps f32 master
+# parameters and two f32 moments (ADAM_STATE, 12). Two steps use it:
+# - MIXED, the real chips page's: a bf16 copy of the parameters kept in the state for the matrix
+#   products, so the gradients are bf16: 16 bytes;
+# - `plan`'s, the site's transformer (guide_helpers.onechip): the f32 parameters cast to bf16
+#   inside the loss, so the gradients are f32 (plan.GRADIENT_BYTES).
+# The update reads the master, the moments and a gradient and writes the master, the moments and
+# the bf16 copy where one is kept (`adam_update_bytes`).
+F32, BF16 = 4, 2
+ADAM_STATE = {"master": F32, "moments": 2 * F32}
+MIXED = {"params": BF16, **ADAM_STATE, "grads": BF16}
 
 
-def _share(devices):
-    """(n - 1) / n for a ring of n devices; 1, the large-ring limit, when n is None."""
-    return 1.0 if devices is None else (devices - 1) / devices
+def adam_update_bytes(gradient=BF16, copy=BF16):
+    """HBM bytes per parameter of Adam's update: read master, moments and a `gradient`-byte
+    gradient; write master, moments and a `copy`-byte bf16 copy (0 where none is kept)."""
+    state = sum(ADAM_STATE.values())
+    return (state + gradient) + (state + copy)
+
+
+ADAM_UPDATE_BYTES = adam_update_bytes()  # MIXED's step: read 14, write 14
 
 
 def default_bandwidth(chip):
@@ -429,7 +436,7 @@ def data_parallel_threshold(chip, bandwidth=None, bytes_per_param=2, devices=Non
     pass, so T is then the tokens of one micro-batch.
     """
     bandwidth = bandwidth or default_bandwidth(chip)
-    return _share(devices) * bytes_per_param * chip.flops / (2 * bandwidth)
+    return ring(devices, bytes_per_param) * chip.flops / (2 * bandwidth)
 
 
 def fsdp_threshold(chip, bandwidth=None, bytes_per_param=2, devices=None) -> float:
@@ -439,9 +446,9 @@ def fsdp_threshold(chip, bandwidth=None, bytes_per_param=2, devices=None) -> flo
     T >= (n - 1) / n * bytes_per_param * flops / (2 * bandwidth). With gradient accumulation
     FSDP gathers and reduces again for every micro-batch: T is the tokens of one micro-batch."""
     bandwidth = bandwidth or default_bandwidth(chip)
-    ring = _share(devices) * bytes_per_param / bandwidth  # seconds per parameter and pass
-    forward = 1 * ring * chip.flops / 2  # tokens at which 2 P T FLOPs take as long as 1 pass
-    backward = 2 * ring * chip.flops / 4
+    per_pass = ring(devices, bytes_per_param) / bandwidth  # seconds per parameter and pass
+    forward = 1 * per_pass * chip.flops / 2  # tokens at which 2 P T FLOPs take as long as 1 pass
+    backward = 2 * per_pass * chip.flops / 4
     return max(forward, backward)
 
 
@@ -466,16 +473,15 @@ def tensor_parallel_threshold(chip, bandwidth=None, bytes_per_value=2, devices=N
     all-reduce whatever h is (`StepTime.exposed`).
     """
     bandwidth = bandwidth or default_bandwidth(chip)
-    return _share(devices) * bytes_per_value * chip.flops / (2 * bandwidth)
+    return ring(devices, bytes_per_value) * chip.flops / (2 * bandwidth)
 
 
 def cross_node_data_parallel_threshold(node, nodes=None, bytes_per_param=2) -> float:
     """Tokens per chip from which the backward pass hides a hierarchical gradient all-reduce
     over `nodes` nodes (None: many) of `node`'s chips, its phases pipelined (the larger one
     counts). The cross-node phase sends 1/chips of the gradients per chip over its own NIC."""
-    share = _share(nodes)
-    inside = _share(node.chips) / node.bandwidth()
-    across = share / (node.chips * node.chip.network_bandwidth)
+    inside = ring(node.chips, 1) / node.bandwidth()
+    across = ring(nodes, 1) / (node.chips * node.chip.network_bandwidth)
     seconds_per_byte = 2 * max(inside, across)  # 2 ring passes of each gradient byte
     return seconds_per_byte * bytes_per_param * node.chip.flops / 4
 
@@ -498,11 +504,6 @@ def ring_attention_block(chip, bandwidth, kv_fraction=1.0, skip_masked=False) ->
     bytes).
     """
     return kv_fraction * chip.flops / bandwidth * (2 if skip_masked else 1)
-
-
-def with_link_bandwidth(chip, bandwidth):
-    """The chip with another per-link bandwidth (a measured one, say)."""
-    return replace(chip, link_bandwidth=bandwidth)
 
 
 # Collectives on their own links. A device of a multi-node mesh reaches the devices of its own
@@ -531,7 +532,6 @@ def collective_on_links(c, node, node_of):
       is 1.875 times a hierarchical ring's network bytes.
     A collective-permute sends its array once, over the network if a pair crosses nodes.
     """
-    from guide_helpers.hlo import RING_PASSES, ring
 
     if c.kind == "collective-permute":
         moving = [(s, t) for s, t in c.device_groups if s != t]

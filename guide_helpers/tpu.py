@@ -19,7 +19,9 @@ from pathlib import Path
 import jax
 from jax.experimental import topologies
 
-LIBTPU = "libtpu==0.0.42.1"  # the version jax[tpu]==0.10.2 asks for; as requirements-tpu.txt
+# The pin, read from the one file that states it (shipped with the package, for Colab)
+PINS = Path(__file__).parent / "requirements-tpu.txt"
+LIBTPU = next(line for line in PINS.read_text().splitlines() if line and line[0] != "#")
 LIBTPU_DIR = Path(sys.prefix) / "libtpu"
 INSTALL = f'pip install --target "{LIBTPU_DIR}" "{LIBTPU}"'
 # What libtpu reads about its host; on a machine without TPUs it otherwise asks a metadata server

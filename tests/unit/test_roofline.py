@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from guide_helpers import roofline
+from guide_helpers import hlo, plan, roofline
 from guide_helpers.roofline import CHIPS, Chip, Slice, StepTime, step_time
 
 # Chips with round figures, so that every expected number below is exact by hand.
@@ -184,8 +184,19 @@ def test_a_step_that_is_no_slower_in_any_part_dominates():
 
 
 def test_mixed_precision_bytes_per_parameter():
+    """One accounting, two steps: the real chips page's (a bf16 copy kept, bf16 gradients) and
+    the site's transformer's in plan (cast inside the loss, f32 gradients, no copy kept)."""
     assert sum(roofline.MIXED.values()) == 16  # bf16 copy, f32 master and moments, bf16 grads
     assert roofline.ADAM_UPDATE_BYTES == 28  # read 4 + 8 + 2, write 4 + 8 + 2
+    assert (plan.STATE_BYTES, plan.GRADIENT_BYTES, plan.LEAN_GRADIENT_BYTES) == (12, 10, 6)
+    assert plan.UPDATE_BYTES == roofline.adam_update_bytes(4, 0) == (12 + 4) + 12
+
+
+def test_the_ring_formula_is_one_and_has_a_large_ring_limit():
+    assert hlo.ring(4, 1000) == 750 and hlo.ring(None, 1000, passes=2) == 2000
+    assert roofline.ring_seconds(1000, 4, 10.0, passes=2) == hlo.ring(4, 1000, 2) / 10.0
+    chip = roofline.CHIPS["TPU v5e"]
+    assert roofline.data_parallel_threshold(chip, 1e11) == 2 * chip.flops / (2 * 1e11)
 
 
 def test_data_parallel_threshold_is_the_backward_pass_by_hand():

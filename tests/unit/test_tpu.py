@@ -1,8 +1,10 @@
 """guide_helpers.hlo read on real TPU programs, compiled here by libtpu with no TPU attached.
 
-`make setup` installs the TPU compiler (requirements-tpu.txt); without it these tests fail and
-say how to install it, rather than skip.
+`make setup` installs the TPU compiler (guide_helpers/requirements-tpu.txt); without it these
+tests fail and say how to install it, rather than skip.
 """
+
+import re
 
 import jax
 import pytest
@@ -56,11 +58,9 @@ def test_a_missing_compiler_says_how_to_install_it(monkeypatch, tmp_path):
         tpu.topology("v5e:2x4")
 
 
-def test_the_pin_is_requirements_tpu_txt():
-    from conftest import ROOT
-
-    lines = (ROOT / "requirements-tpu.txt").read_text().splitlines()
-    assert [line for line in lines if line and not line.startswith("#")] == [tpu.LIBTPU]
+def test_the_pin_is_read_from_its_one_file():
+    assert tpu.PINS.name == "requirements-tpu.txt" and tpu.PINS.parent.name == "guide_helpers"
+    assert re.fullmatch(r"libtpu==\d+\.\d+\.\d+(\.\d+)?", tpu.LIBTPU), tpu.LIBTPU
 
 
 def test_topologies_give_compile_only_chips():
