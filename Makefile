@@ -33,7 +33,7 @@ help:
 	@echo "make test     set up and run the tests (lint, pairing, build, nbval, browser, site checks)"
 	@echo "make unit     the unit tests of guide_helpers/ alone (tests/unit), no site build: under a minute"
 	@echo "make portability  execute every guide under a second profile (Python $(COLAB_PYTHON), another CPU), compare"
-	@echo "make lint     ruff over the notebooks' code, the tests and tools/"
+	@echo "make lint     ruff over the notebooks' code, guide_helpers/, the tests, tools/ and conf.py"
 	@echo "make bench    time a clean build, rebuilds and each guide executed bare"
 	@echo "make sync     write each docs/NAME.md into notebooks/NAME.ipynb, keeping outputs"
 	@echo "make execute  build the site, then store each guide's outputs from that execution in notebooks/"
@@ -100,8 +100,14 @@ check-env: $(STAMP)
 # conf.py's nb_execution_cache_path: one execution cache for the site, the stored notebooks
 # (`make execute`) and the tests' build, so that a guide is executed once per change of its code.
 EXECUTED := $(BUILD)/executed
+# The cache knows a guide's code, not the helpers it imports or the pins: when these change, it
+# is emptied, so that every guide executes again once.
+EXECUTED_WITH := $(wildcard guide_helpers/*.py guide_helpers/measured/*.jsonl) requirements.txt
 
-html: check-env
+$(BUILD)/.executed-with: $(EXECUTED_WITH)
+	@rm -rf $(EXECUTED) && mkdir -p $(BUILD) && touch $@
+
+html: check-env $(BUILD)/.executed-with
 	$(SPHINX) -D nb_execution_mode=$(NB_EXECUTION_MODE) docs $(HTML)
 	@echo
 	@echo "The site is built: open $(HTML)/index.html, or run 'make serve'."

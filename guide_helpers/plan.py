@@ -118,7 +118,7 @@ def layouts(nodes=2, node_size=8):
     return {
         "FSDP": Layout("FSDP", n, node_size, n, nodes, 1, n),
         "HSDP": Layout("HSDP", n, node_size, node_size, 1, 1, n, deferred=True),
-        "TP x FSDP": Layout("TP x FSDP", n, node_size, n, nodes, node_size, nodes),
+        "FSDP x tensor": Layout("FSDP x tensor", n, node_size, n, nodes, node_size, nodes),
     }
 
 

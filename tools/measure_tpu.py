@@ -98,7 +98,6 @@ def measure(run, device, steps, warmup, peak_flops, limit):
 
     from guide_helpers import hlo, onechip, plan
 
-    one = plan.Layout("one chip", 1, 1, 1, 1, 1, 1)
     start = time.perf_counter()
     try:
         program = onechip.compile_for(run, device)
@@ -113,7 +112,7 @@ def measure(run, device, steps, warmup, peak_flops, limit):
     m = program.memory_analysis()
     fields = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
     compiled = {f: getattr(m, f) for f in (*fields, "alias_size_in_bytes")}
-    model_flops = plan.model_flops(run.config, one)
+    model_flops = plan.model_flops(run.config, onechip.ONE_CHIP)
     record = {
         "what": "transformer " + run.name,
         "config": asdict(run.config),

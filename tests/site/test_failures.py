@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, run, sphinx_command
-from support.compare_outputs import SANITIZE
 from support.sites import write_site
 
 
@@ -32,23 +31,6 @@ def test_failing_cell_and_deprecation_warning_fail_the_build(tmp_path):
     assert "ZeroDivisionError" in out and "1 / 0" in out, out
     # Stderr in a cell is a warning naming the guide and the cell, and -W makes it fatal.
     assert "warning_guide.md" in out and "stderr was found in the cell outputs" in out, out
-
-
-def test_sanitizer_masks_timings_and_only_timings():
-    import re
-
-    from nbval.plugin import get_sanitize_patterns
-
-    patterns = get_sanitize_patterns(SANITIZE.read_text())
-    timing = "35 ms ± 470 μs per loop (mean ± std. dev. of 5 runs, 5 loops each)"
-
-    def sanitize(text):
-        for regex, replace in patterns:
-            text = re.sub(regex, replace, text)
-        return text
-
-    assert sanitize(timing) == "TIMEIT"
-    assert sanitize("loss 0.4064") == "loss 0.4064"
 
 
 def make_html(*args):
@@ -89,7 +71,7 @@ def test_make_html_names_a_broken_environment(tmp_path):
 
 def test_a_missing_browser_skips_locally_and_fails_under_ci(tmp_path):
     """No Chromium on PATH: a skip that says how to install it; under CI=true, a failure."""
-    test = f"{ROOT / 'tests' / 'test_browser.py'}::test_index_page_links_every_guide"
+    test = f"{ROOT / 'tests' / 'site' / 'test_browser.py'}::test_index_page_links_every_guide"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", test]
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
     local = run(cmd, 300, cwd=ROOT, env=env)

@@ -109,7 +109,7 @@ def test_parameter_counts_by_hand():
 
 
 def test_layouts_split_what_they_say():
-    fsdp, hsdp, tp = TWO_NODES["FSDP"], TWO_NODES["HSDP"], TWO_NODES["TP x FSDP"]
+    fsdp, hsdp, tp = TWO_NODES["FSDP"], TWO_NODES["HSDP"], TWO_NODES["FSDP x tensor"]
     assert (fsdp.param_shards, fsdp.fsdp_nodes, fsdp.batch_shards) == (8, 2, 8)
     assert (hsdp.param_shards, hsdp.fsdp_nodes, hsdp.deferred) == (4, 1, True)
     assert (tp.tensor, tp.fsdp, tp.batch_shards) == (4, 2, 2)
@@ -167,7 +167,7 @@ def test_traffic_by_hand():
     cpu = plan.traffic(TINY, TWO_NODES["FSDP"], 2, "block", wire=4, reduce_passes=2)
     assert cpu["NVLink"] == 2 * (2 * 7 / 8 * 4 * sharded * 3 / 4 + 2 * 0.75 * 4 * sharded)
     assert cpu["network"] == 2 * (2 * 7 / 8 * 4 * sharded / 4 + 2 * 0.5 * 4 * sharded / 4)
-    tp = plan.traffic(TINY, TWO_NODES["TP x FSDP"], 2, "block")
+    tp = plan.traffic(TINY, TWO_NODES["FSDP x tensor"], 2, "block")
     x = 2 * 4 * 8 * 4  # x[4 sequences, seq, embed] in bf16 per all-reduce
     weights = 2 * 3 * 0.5 * 2 * sharded / 4  # FSDP over the 2 nodes, one device of each
     assert tp == {"NVLink": 2 * 2 * 6 * 2 * 0.75 * x, "network": weights}
@@ -187,8 +187,8 @@ def test_estimate_prices_the_step_on_the_slower_link():
 
 
 def test_tensor_parallel_traffic_is_exposed_and_a_deferred_reduction_has_one_window():
-    tp = plan.estimate(TINY, TWO_NODES["TP x FSDP"], GPU, 2, "block")
-    parts = plan.traffic_parts(TINY, TWO_NODES["TP x FSDP"], 2, "block")
+    tp = plan.estimate(TINY, TWO_NODES["FSDP x tensor"], GPU, 2, "block")
+    parts = plan.traffic_parts(TINY, TWO_NODES["FSDP x tensor"], 2, "block")
     assert tp.time.exposed == parts["tensor"]["NVLink"] / GPU.link_bandwidth > 0
     hsdp = plan.estimate(TINY, TWO_NODES["HSDP"], GPU, 2, "block")
     forward = 2 * (404 - 64 - 20) * 16 * 8 / 8 + 4 * 2 * 4 * 8 * 16 * 8 / 8  # weights, attention
