@@ -56,7 +56,7 @@ class Accelerators(NamedTuple):
 NONE = Accelerators("", "", 0)
 
 
-def tpu_chips(pci=PCI):
+def _tpu_chips(pci=PCI):
     """(name, JAX devices) of the TPU chips on the PCI bus under `pci`."""
     chips = []
     for vendor in sorted(glob.glob(f"{pci}/*/vendor")):
@@ -67,7 +67,7 @@ def tpu_chips(pci=PCI):
     return chips
 
 
-def tpu_chips_opened(dev="/dev"):
+def _tpu_chips_opened(dev="/dev"):
     """How many TPU chips this machine may open, by their device files: /dev/accelN (TPU v2 to
     v4, v5p) or a numbered /dev/vfio/N group (v5e, v6e); None when /dev shows neither. A
     sandbox can show every chip of the host on the PCI bus and hand over fewer (seen on a TPU
@@ -77,7 +77,7 @@ def tpu_chips_opened(dev="/dev"):
     return len(accel) + len(vfio) or None
 
 
-def nvidia_gpus(dev="/dev", visible=None):
+def _nvidia_gpus(dev="/dev", visible=None):
     """How many NVIDIA GPUs this process may use: device files, limited by CUDA_VISIBLE_DEVICES."""
     found = len([f for f in os.listdir(dev) if NVIDIA_GPU.match(f)]) if os.path.isdir(dev) else 0
     if visible is None:
@@ -85,20 +85,20 @@ def nvidia_gpus(dev="/dev", visible=None):
     return min(found, len([d for d in visible.split(",") if d.strip()]))
 
 
-def plugin_installed(kind):
+def _plugin_installed(kind):
     return any(importlib.util.find_spec(name) is not None for name in PLUGINS[kind])
 
 
-def accelerators(pci=PCI, dev="/dev", environ=None, installed=plugin_installed):
+def accelerators(pci=PCI, dev="/dev", environ=None, installed=_plugin_installed):
     """The accelerators JAX would use here, found without starting JAX's backends.
 
     JAX_PLATFORMS, when set, is the user's choice: only the platform it names first counts."""
     environ = os.environ if environ is None else environ
     wanted = environ.get("JAX_PLATFORMS", "").split(",")[0].strip().lower()
-    chips = tpu_chips(pci)[: tpu_chips_opened(dev)]
+    chips = _tpu_chips(pci)[: _tpu_chips_opened(dev)]
     if chips and installed("TPU") and wanted in ("", "tpu"):
         return Accelerators("TPU", chips[0][0], sum(devices for _, devices in chips))
-    gpus = nvidia_gpus(dev, environ.get("CUDA_VISIBLE_DEVICES"))
+    gpus = _nvidia_gpus(dev, environ.get("CUDA_VISIBLE_DEVICES"))
     if gpus and installed("GPU") and wanted in ("", "cuda", "gpu"):
         return Accelerators("GPU", "NVIDIA GPU", gpus)
     return NONE

@@ -75,7 +75,7 @@ class Grade:
         printer.text(str(self))
 
 
-def leaf_name(path):
+def _leaf_name(path):
     """A readable name for a pytree path: "params/layers/W1" (a box's `.value` left out)."""
     parts = []
     for key in path:
@@ -86,7 +86,7 @@ def leaf_name(path):
 
 
 def _named(tree):
-    return {leaf_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {_leaf_name(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def _spec(sharding, ndim):
@@ -98,7 +98,7 @@ def _spec(sharding, ndim):
     return "P(" + ", ".join(map(repr, entries)) + ")"
 
 
-def mesh_text(tree):
+def _mesh_text(tree):
     """ "data=2 x model=4": the mesh of the first NamedSharding in a tree of shardings."""
     mesh = next((s.mesh for s in jax.tree.leaves(tree) if hasattr(s, "mesh")), None)
     return " x ".join(f"{k}={v}" for k, v in mesh.shape.items()) if mesh else "no mesh"
@@ -118,7 +118,7 @@ def _rename(key, names):
     first, _, rest = key.partition("/")
     if first.isdigit() and int(first) < len(names):
         first = names[int(first)]
-    elif first == leaf_name(()):
+    elif first == _leaf_name(()):
         first = names[0] if names else "output"
     return "/".join(filter(None, (first, rest)))
 
@@ -136,7 +136,7 @@ def run(build, answer, names=((), ())):
     (argument names, output names), name them in the hints."""
     compiled, args = build(answer)
     shardings = _specs("argument", compiled.input_shardings[0], args, names[0])  # before donation
-    mesh = mesh_text(compiled.input_shardings[0])
+    mesh = _mesh_text(compiled.input_shardings[0])
     outputs = compiled(*args)
     shardings |= _specs("output", compiled.output_shardings, outputs, names[1])
     counts = collections.Counter()
@@ -146,7 +146,7 @@ def run(build, answer, names=((), ())):
     return Run(compiled, jax.device_get(outputs), shardings, mesh, counts, peak)
 
 
-def collective_hint(key, n):
+def _collective_hint(key, n):
     """ "extra: 4 x all-gather f32[8,1024] forward in the layer loop, group of 4, per step"
     (n > 0: the answer has them and the reference has not; n < 0: the reverse, "missing")."""
     kind, shape, direction, group, where = key
@@ -251,7 +251,7 @@ class Exercise:
     def _collectives(self, got, ref):
         difference = collections.Counter(got.collectives)
         difference.subtract(ref.collectives)
-        hints = tuple(collective_hint(k, n) for k, n in sorted(difference.items()) if n)
+        hints = tuple(_collective_hint(k, n) for k, n in sorted(difference.items()) if n)
         total = sum(ref.collectives.values())
         summary = f"{total} per step in the reference, {sum(got.collectives.values())} here"
         return Check("collectives", not hints, hints, summary)

@@ -280,7 +280,7 @@ def _groups_text(attrs):
     return groups[1] if groups else ""
 
 
-def module_devices(text):
+def _module_devices(text):
     """Devices of an HLO module: num_partitions x replica_count of its header (1 if absent)."""
     header = text.split("\n", 1)[0]
     counts = [re.search(rf"\b{k}=(\d+)", header) for k in ("num_partitions", "replica_count")]
@@ -291,7 +291,7 @@ def collectives(compiled):
     """One Collective per collective instruction of a compiled function's program (or of its
     HLO text)."""
     text = compiled if isinstance(compiled, str) else compiled.as_text()
-    program, devices = parse(text), module_devices(text)
+    program, devices = parse(text), _module_devices(text)
     runs, in_loops = _runs_per_step(program), _in_loops(program)
     arguments = {
         ins.name: ins

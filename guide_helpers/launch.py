@@ -24,14 +24,14 @@ from typing import NamedTuple
 from guide_helpers.child import environ
 
 
-def free_port():
+def _free_port():
     """A TCP port on 127.0.0.1 that nothing listens on at the moment."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def with_arguments(i, num_processes, port):
+def _with_arguments(i, num_processes, port):
     """Process i's extra arguments and environment: here, everything on the command line.
 
     The coordinator listens on every interface unless told otherwise; the port was found free
@@ -151,7 +151,7 @@ def launch(
     *args,
     timeout=120,
     start=None,
-    configure=with_arguments,
+    configure=_with_arguments,
     cwd=None,
     send=(),
 ):
@@ -165,7 +165,7 @@ def launch(
     unless it exits 0) or they are not all done within `timeout` seconds.
     """
     pending = [send] if isinstance(send, Signal) else list(send)
-    port = free_port()
+    port = _free_port()
     processes, reason = {}, None
     with tempfile.TemporaryDirectory(prefix="launch_") as logs:
         try:

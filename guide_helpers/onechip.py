@@ -79,14 +79,14 @@ class Run:
         )
 
 
-def model_of(config, seed=0):
+def _model_of(config, seed=0):
     return Transformer(
         config.vocab, config.embed, config.heads, config.hidden, config.layers,
         rngs=nnx.Rngs(seed),
     )  # fmt: skip
 
 
-def forward_loss(graphdef, remat, params, tokens):
+def _forward_loss(graphdef, remat, params, tokens):
     """next_token_loss of the bf16 model; with remat, each block under jax.checkpoint."""
     bf16 = jax.tree.map(lambda w: w.astype(jnp.bfloat16), params)
     model = nnx.merge(graphdef, bf16)
@@ -106,9 +106,9 @@ def forward_loss(graphdef, remat, params, tokens):
     return -jnp.mean(jnp.sum(targets * log_probs, axis=-1))
 
 
-def step_fn(graphdef, run):
+def _step_fn(graphdef, run):
     """(params, opt_state, tokens) -> (params, opt_state, loss) for `run`."""
-    loss_of = partial(forward_loss, graphdef, run.remat)
+    loss_of = partial(_forward_loss, graphdef, run.remat)
 
     def grads(params, tokens):
         if run.micro_batches == 1:
@@ -140,7 +140,7 @@ def abstract_args(run, device):
     mesh = _mesh(device)
     whole = NamedSharding(mesh, P())
     with jax.set_mesh(mesh), nnx.logical_axis_rules(logical_rules()):
-        graphdef, params = nnx.split(nnx.eval_shape(lambda: model_of(run.config)), nnx.Param)
+        graphdef, params = nnx.split(nnx.eval_shape(lambda: _model_of(run.config)), nnx.Param)
         params = nnx.to_pure_dict(params)
         opt_state = jax.eval_shape(OPTIMIZER.init, params)
 
@@ -154,7 +154,7 @@ def abstract_args(run, device):
 
 
 def jitted(run, graphdef):
-    return jax.jit(step_fn(graphdef, run), donate_argnums=(0, 1))
+    return jax.jit(_step_fn(graphdef, run), donate_argnums=(0, 1))
 
 
 def compile_for(run, device):
@@ -171,7 +171,7 @@ def timed_steps(run, device, steps=10, warmup=2, seed=0):
     mesh = _mesh(device)
     whole = NamedSharding(mesh, P())
     with jax.set_mesh(mesh), nnx.logical_axis_rules(logical_rules()):
-        graphdef, params = nnx.split(model_of(run.config, seed), nnx.Param)
+        graphdef, params = nnx.split(_model_of(run.config, seed), nnx.Param)
         params = jax.device_put(nnx.to_pure_dict(params), whole)
         opt_state = jax.device_put(OPTIMIZER.init(params), whole)
         shape = (run.config.batch, run.config.seq + 1)

@@ -122,7 +122,7 @@ def layouts(nodes=2, node_size=8):
     }
 
 
-def sequences_per_device(config, layout, micro_batches):
+def _sequences_per_device(config, layout, micro_batches):
     """Sequences in each device's share of one micro-batch (a tensor group shares them)."""
     per_step, extra = divmod(config.batch, micro_batches * layout.batch_shards)
     if extra or not per_step:
@@ -169,7 +169,7 @@ def memory(
     `gradient_bytes` and `logit_bytes` replace GRADIENT_BYTES and LOGIT_BYTES."""
     gradient_bytes = GRADIENT_BYTES if gradient_bytes is None else gradient_bytes
     logit_bytes = LOGIT_BYTES if logit_bytes is None else logit_bytes
-    b = sequences_per_device(config, layout, micro_batches)
+    b = _sequences_per_device(config, layout, micro_batches)
     p, S, t = params_per_device(config, layout), config.seq, layout.tensor
     scores = 0 if flash else SCORE_BYTES * b * config.heads // t * S * S
     saved = config.layers * activations_per_layer(config, layout, b, remat, flash)
@@ -204,7 +204,7 @@ def flops(config, layout, remat):
     return base + extra
 
 
-def forward_flops(config, layout):
+def _forward_flops(config, layout):
     """Matrix-product FLOPs of one forward pass per device per step: 2 per matrix weight and
     token, and attention's two products over the whole square."""
     tokens = config.batch * config.seq / layout.devices
@@ -243,7 +243,7 @@ def traffic_parts(config, layout, micro_batches, remat, wire=2, reduce_passes=1)
         nodes = layout.devices // layout.node_size
         parts["deferred"]["network"] = ring(nodes, 4 * sharded / layout.fsdp, 2)
     if layout.tensor > 1:
-        b = sequences_per_device(config, layout, micro_batches)
+        b = _sequences_per_device(config, layout, micro_batches)
         x = wire * b * config.seq * config.embed
         per_block = 4 + (2 if remat != "none" else 0)
         runs = micro_batches * config.layers * per_block
@@ -339,7 +339,7 @@ def estimate(
             f"chip, shape) so that its bandwidth counts them, not one link"
         )
     work = flops(config, layout, remat)
-    backward = (work - forward_flops(config, layout)) / micro_batches
+    backward = (work - _forward_flops(config, layout)) / micro_batches
     window = backward / chip.flops if layout.deferred else work / chip.flops
     net = chip.network_bandwidth
     hidable = max(parts["fsdp"]["NVLink"] / inside, parts["fsdp"]["network"] / net)

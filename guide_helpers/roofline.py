@@ -414,7 +414,7 @@ def adam_update_bytes(gradient=BF16, copy=BF16):
 ADAM_UPDATE_BYTES = adam_update_bytes()  # MIXED's step: read 14, write 14
 
 
-def default_bandwidth(chip):
+def _default_bandwidth(chip):
     """A ring's bandwidth inside a node or slice when none is given: a GPU's NVLink; for a TPU,
     2 links, one axis of a torus (a slice without wraparound has half that on each axis)."""
     return chip.link_bandwidth * (1 if chip.is_gpu else 2)
@@ -435,7 +435,7 @@ def data_parallel_threshold(chip, bandwidth=None, bytes_per_param=2, devices=Non
     reduction deferred to the end of the step hides only behind the last micro-batch's backward
     pass, so T is then the tokens of one micro-batch.
     """
-    bandwidth = bandwidth or default_bandwidth(chip)
+    bandwidth = bandwidth or _default_bandwidth(chip)
     return ring(devices, bytes_per_param) * chip.flops / (2 * bandwidth)
 
 
@@ -445,7 +445,7 @@ def fsdp_threshold(chip, bandwidth=None, bytes_per_param=2, devices=None) -> flo
     another all-gather and a reduce-scatter of the gradients against 4 P T. Each gives
     T >= (n - 1) / n * bytes_per_param * flops / (2 * bandwidth). With gradient accumulation
     FSDP gathers and reduces again for every micro-batch: T is the tokens of one micro-batch."""
-    bandwidth = bandwidth or default_bandwidth(chip)
+    bandwidth = bandwidth or _default_bandwidth(chip)
     per_pass = ring(devices, bytes_per_param) / bandwidth  # seconds per parameter and pass
     forward = 1 * per_pass * chip.flops / 2  # tokens at which 2 P T FLOPs take as long as 1 pass
     backward = 2 * per_pass * chip.flops / 4
@@ -472,7 +472,7 @@ def tensor_parallel_threshold(chip, bandwidth=None, bytes_per_value=2, devices=N
     parallelism splits the all-reduce into); without one, the next layer waits for every
     all-reduce whatever h is (`StepTime.exposed`).
     """
-    bandwidth = bandwidth or default_bandwidth(chip)
+    bandwidth = bandwidth or _default_bandwidth(chip)
     return ring(devices, bytes_per_value) * chip.flops / (2 * bandwidth)
 
 
