@@ -105,3 +105,26 @@ def test_the_redefinition_check_tells_a_copy_from_a_twin():
         "MLP", "collectives",
     }  # fmt: skip
     assert not {n for n, k in definitions(twin).items() if shared.get(n) == k}
+
+
+# The two models that pages write out as their lesson are held equal to them above instead.
+TESTED_BY_THEIR_PAGES = {"models", "transformer"}
+
+
+def test_the_unit_tests_mirror_the_package_and_no_test_imports_another():
+    modules = {p.stem for p in (ROOT / "guide_helpers").glob("*.py")} - {"__init__"}
+    tested = {p.stem.removeprefix("test_") for p in (ROOT / "tests" / "unit").glob("test_*.py")}
+    assert tested == modules - TESTED_BY_THEIR_PAGES, (
+        f"untested modules: {modules - TESTED_BY_THEIR_PAGES - tested}; "
+        f"unit tests of no module: {tested - modules}"
+    )
+    test_modules = {p.stem for p in (ROOT / "tests").rglob("test_*.py")}
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                else:
+                    names = [a.name for a in node.names]
+                tests = {n.split(".")[-1] for n in names} & test_modules
+                assert not tests, f"{path.name} imports the test module {tests}: use support/"
