@@ -25,15 +25,30 @@ from guides import guide_names  # noqa: E402  (tools/)
 from support.compare_outputs import executed_notebooks  # noqa: E402  (tests/)
 
 
+def merged_streams(outputs):
+    """Outputs with each run of stream outputs of one name joined into one, as a reader sees
+    them: how a kernel's writes were split into messages varies from run to run."""
+    merged = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if output.output_type == "stream" and last and last.output_type == "stream":
+            if last.name == output.name:
+                last.text += output.text
+                continue
+        merged.append(output)
+    return merged
+
+
 def stored_from(stored, executed):
-    """`stored` with its code cells' outputs and execution counts taken from `executed`; every
-    other field (tags, metadata, markdown) left as it is. Raises if their code differs."""
+    """`stored` with its code cells' outputs (streams merged) and execution counts taken from
+    `executed`; every other field (tags, metadata, markdown) left as it is. Raises if their code
+    differs."""
     mine = [c for c in stored.cells if c.cell_type == "code"]
     theirs = [c for c in executed.cells if c.cell_type == "code"]
     if [c.source for c in mine] != [c.source for c in theirs]:
         raise ValueError("its code differs from the executed guide's: run `make sync` first")
     for cell, run in zip(mine, theirs):
-        cell.outputs = run.outputs
+        cell.outputs = merged_streams(run.outputs)
         cell.execution_count = run.execution_count
     return stored
 

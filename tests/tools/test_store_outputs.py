@@ -55,3 +55,15 @@ def test_a_missing_guide_or_other_code_writes_nothing(tmp_path, capsys):
     assert "run `make sync` first" in capsys.readouterr().err and path.read_text() == before
     assert store_outputs.main(["--cache", str(cache), *notebooks, "guide", "other"]) == 1
     assert "no execution of other" in capsys.readouterr().err and path.read_text() == before
+
+
+def test_a_runs_stream_messages_are_stored_as_the_reader_sees_them():
+    def out(name, text):
+        return nbformat.v4.new_output("stream", name=name, text=text)
+
+    result = nbformat.v4.new_output("execute_result", data={"text/plain": "1"})
+    outputs = [out("stdout", "a\n"), out("stdout", "b\n"), out("stderr", "c\n"), result]
+    merged = store_outputs.merged_streams(outputs + [out("stdout", "d\n")])
+    assert [(o.get("name"), o.get("text")) for o in merged] == [
+        ("stdout", "a\nb\n"), ("stderr", "c\n"), (None, None), ("stdout", "d\n")
+    ]  # fmt: skip
