@@ -34,7 +34,7 @@ help:
 	@echo "make unit     the unit tests of guide_helpers/ alone (tests/unit), no site build: under a minute"
 	@echo "make portability  execute every guide under a second profile (Python $(COLAB_PYTHON), another CPU), compare"
 	@echo "make lint     ruff over the notebooks' code, guide_helpers/, the tests, tools/ and conf.py"
-	@echo "make bench    time a clean build, rebuilds and each guide executed bare"
+	@echo "make bench    time a clean build, rebuilds, each guide bare, make unit and make test"
 	@echo "make sync     write each docs/NAME.md into notebooks/NAME.ipynb, keeping outputs"
 	@echo "make execute  build the site, then store each guide's outputs from that execution in notebooks/"
 	@echo "make serve    serve $(HTML) on http://127.0.0.1:$(PORT)"

@@ -8,6 +8,7 @@ left alone. Measured, each --repeat times (medians printed):
 - a `make html` with nothing changed,
 - a `make html` after a prose-only edit of one guide (the cache must execute nothing),
 - each guide's notebook executed bare with `jupyter execute` (no Sphinx),
+- `make unit` (the unit tests alone, no site build),
 - `make test` (lint, the real build with each guide executed once, the output comparison, the
   browser test and the rest),
 
@@ -67,6 +68,7 @@ def one_round(work, names):
         times[f"bare: {name}"], _ = timed(
             [str(work / ".venv" / "bin" / "jupyter"), "execute", f"notebooks/{name}.ipynb"], work
         )
+    times["make unit"], _ = timed(["make", "unit"], work)
     times["make test"], _ = timed(["make", "test"], work)  # timed() stops on a failure
     return times
 
@@ -90,7 +92,9 @@ def main():
         for item in working_tree():  # copy2 keeps mtimes, so make sees .venv as up to date
             (work / item).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / item, work / item)
-        os.symlink(ROOT / ".venv", work / ".venv")
+        for venv in (".venv", ".venv-colab"):  # make test and make unit need both
+            if (ROOT / venv).exists():
+                os.symlink(ROOT / venv, work / venv)
         names = guide_names(work / "docs")
         rounds = []
         for i in range(args.repeat):
