@@ -97,9 +97,10 @@ check-env: $(STAMP)
 	  echo "error: the TPU compiler is missing from $(LIBTPU_DIR) (guide_helpers/requirements-tpu.txt)."; \
 	  echo "       Remove $(STAMP) and run make again to install it."; exit 1; }
 
-# conf.py's nb_execution_cache_path: one execution cache for the site, the stored notebooks
-# (`make execute`) and the tests' build, so that a guide is executed once per change of its code.
-EXECUTED := $(BUILD)/executed
+# conf.py's nb_execution_cache_path, read by tools/guides.py: one execution cache for the site,
+# the stored notebooks (`make execute`) and the tests' build, so that a guide is executed once
+# per change of its code.
+EXECUTED := $(shell $(PYTHON) tools/guides.py --cache)
 # The cache knows a guide's code, not the helpers it imports or the pins: when these change, it
 # is emptied, so that every guide executes again once.
 EXECUTED_WITH := $(wildcard guide_helpers/*.py guide_helpers/measured/*.jsonl) requirements.txt

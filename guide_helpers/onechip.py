@@ -205,6 +205,14 @@ def _run_of(record):
     return Run(config, fields.get("remat", "none"), int(fields.get("micro", 1)))
 
 
+def compiled_peak(record):
+    """A recorded program's peak bytes as its compiler counted them: arguments, outputs and
+    scratch, less what the outputs reuse of the arguments (donated buffers)."""
+    b = record["compiled_bytes"]
+    parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+    return sum(b[f] for f in parts) - b["alias_size_in_bytes"]
+
+
 def load(path):
     """(provenance, [(Run, record)]) of a measurements file: JSON lines, the provenance first,
     then one configuration a line; other lines (the first file's matmul) are left out."""

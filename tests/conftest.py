@@ -23,8 +23,9 @@ DOCS = ROOT / "docs"
 NOTEBOOKS = ROOT / "notebooks"
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
-# The notebooks that the test build executed (a jupyter-cache), compared with notebooks/*.ipynb.
-EXECUTED = BUILD / "executed"
+# The notebooks that the test build executed (conf.py's jupyter-cache), compared with
+# notebooks/*.ipynb.
+EXECUTED = tools_guides.execution_cache()
 BUILD_TIMEOUT = 1800
 IN_CI = os.environ.get("CI", "").lower() == "true"
 # Sphinx renders ' and " as typographic quotes; compare text after mapping them back.

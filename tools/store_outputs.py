@@ -1,13 +1,13 @@
 """Store each guide's outputs in notebooks/NAME.ipynb from the site build's execution.
 
-`make execute` builds the site (myst-nb, `cache` mode, the jupyter-cache in _build/executed),
+`make execute` builds the site (myst-nb, `cache` mode, into the jupyter-cache conf.py names),
 then runs this: each stored notebook takes its code cells' outputs and execution counts from the
 notebook the build executed, so the outputs a reader sees on GitHub and in Colab come from the
 same engine and the same execution that the site shows and that `make test` compares them with
 (tests/site/test_outputs.py). A guide whose code changed is executed once, by the build; one
 that did not is read back from the cache, executed zero times.
 
-    python tools/store_outputs.py [--cache _build/executed] [--notebooks notebooks] [NAME ...]
+    python tools/store_outputs.py [--cache DIR] [--notebooks notebooks] [NAME ...]
 
 A guide missing from the cache (its execution failed, or the build never ran) or whose stored
 code differs from its guide's (run `make sync`) is named, and no notebook is written.
@@ -21,7 +21,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "tests")]
-from guides import guide_names  # noqa: E402  (tools/)
+from guides import execution_cache, guide_names  # noqa: E402  (tools/)
 from support.compare_outputs import executed_notebooks  # noqa: E402  (tests/)
 
 
@@ -55,7 +55,7 @@ def stored_from(stored, executed):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", default=str(ROOT / "_build" / "executed"))
+    parser.add_argument("--cache", default=str(execution_cache()))
     parser.add_argument("--notebooks", default=str(ROOT / "notebooks"), help="NAME.ipynb's folder")
     parser.add_argument("names", nargs="*", help="guides (default: every guide)")
     args = parser.parse_args(argv)
