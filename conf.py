@@ -30,13 +30,14 @@ project = "Flax sharding, executed"
 author = "The project's contributors"
 copyright = "2026, the project's contributors"
 
-extensions = ["myst_nb"]
+extensions = ["myst_nb", "sphinx-mathjax-offline"]  # the second: MathJax, copied into _static
 
 root_doc = "index"
 exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
 
-# MyST: ::: fences for admonitions, and heading anchors for #links within a page.
-myst_enable_extensions = ["colon_fence"]
+# MyST: ::: fences for admonitions, $math$ and $$math$$ (docs/notation.md's letters), and
+# heading anchors for #links within a page.
+myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 
 # Notebook execution. `cache` (jupyter-cache) re-executes a guide only when its code changes:

@@ -211,7 +211,8 @@ def test_guide_page_in_a_browser(visit, base_url, name):
 
 
 # Each output box and figure of a page, as laid out: how wide its content is, how wide the box,
-# and whether the reader can scroll it sideways; then the page's own width.
+# and whether the reader can scroll it sideways; the visible code cells that scroll sideways;
+# then the page's own width.
 LAYOUT_JS = """
 () => {
   const selector = 'div.cell_output pre, div.cell_output div.text_html';
@@ -221,10 +222,14 @@ LAYOUT_JS = """
       scrolls: ['auto', 'scroll'].includes(getComputedStyle(el).overflowX),
       right: el.getBoundingClientRect().right,
     }));
+  const code = [...document.querySelectorAll('div.cell:not(.tag_hide-input) div.cell_input pre')]
+    .filter(el => el.scrollWidth > el.clientWidth + 1)
+    .map(el => (el.innerText || '').split('\\n')[0].slice(0, 60));
   const images = [...document.querySelectorAll('div.cell_output img')].map(img => ({
     right: img.getBoundingClientRect().right, width: img.getBoundingClientRect().width,
   }));
-  return {boxes, images, page: document.documentElement.scrollWidth, view: window.innerWidth};
+  const page = document.documentElement.scrollWidth;
+  return {boxes, code, images, page, view: window.innerWidth};
 }
 """
 WIDTHS = {"laptop": (1366, 768), "phone": (390, 844)}
@@ -235,7 +240,7 @@ WIDTHS = {"laptop": (1366, 768), "phone": (390, 844)}
 def test_wide_outputs_stay_readable(visit, name, width):
     """No printed table or figure is cut at the right edge: a box wider than the text column
     scrolls sideways, a figure shrinks to fit, and the page itself never needs a sideways
-    scroll, at a laptop's width and a phone's."""
+    scroll, at a laptop's width and a phone's. At the laptop's, no visible code cell scrolls."""
     w, h = WIDTHS[width]
     v = visit(f"{name}.html", width=w, height=h)
     layout = v.page.evaluate(LAYOUT_JS)
@@ -248,6 +253,8 @@ def test_wide_outputs_stay_readable(visit, name, width):
         assert box["right"] <= w + 1, f"{name} at {w}px: past the window: {box['what']!r}"
     for image in layout["images"]:
         assert 0 < image["width"] and image["right"] <= w + 1, f"{name} at {w}px: {image}"
+    if width == "laptop":  # code formatted at 99 columns fits the text column; a phone scrolls it
+        assert not layout["code"], f"{name} at {w}px: code cells scroll sideways: {layout['code']}"
 
 
 # The corners of each output image as drawn (RGBA of its own pixels, read through a canvas).

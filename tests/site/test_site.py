@@ -1,5 +1,6 @@
 """The site's own promises, checked on the sources: pairs, toctree, pins, commands, metadata."""
 
+import ast
 import glob
 import json
 import re
@@ -9,9 +10,11 @@ import types
 from pathlib import Path
 
 import nbformat
+import page_shape  # tools/, on sys.path via conftest
 import pytest
 from conftest import DOCS, NOTEBOOKS, ROOT, conf, guide_names, run
-from shared_cells import install_cell, pins, setup_cell  # tools/, on sys.path via conftest
+from IPython.core.inputtransformer2 import TransformerManager
+from shared_cells import install_cell, pins, setup_cell  # tools/
 
 IGNORE = "nbval-ignore-output"
 
@@ -237,17 +240,20 @@ def test_pre_commit_hooks_use_the_pinned_versions():
 
 def test_scripts_that_guides_write_pass_ruff(tmp_path):
     """Ruff skips cells that start with a cell magic, so the scripts a guide writes to files
-    (`%%writefile NAME` or the multi_host guide's `%%to_workdir NAME`) are checked here."""
+    (`%%writefile NAME`, or `%%to_workdir NAME` and its `--append` parts) are checked here."""
     scripts = []
     for name in guide_names():
-        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", 4)
-        for cell in nb.cells:
-            match = re.match(r"%%(?:writefile|to_workdir) +(\S+\.py)\n", cell.source)
-            if cell.cell_type == "code" and match:
+        (tmp_path / name).mkdir()
+        for cell in code_cells(name):
+            match = re.match(r"%%(?:writefile|to_workdir) +(\S+\.py)( --append)?\n", cell.source)
+            if match:  # written as guide_helpers.workdir writes it, in parts or whole
                 path = tmp_path / name / Path(match[1]).name
-                path.parent.mkdir(exist_ok=True)
-                path.write_text(cell.source[match.end() :] + "\n")
-                scripts.append(path)
+                part = cell.source[match.end() :] + "\n"
+                if match[2]:
+                    part = path.read_text().rstrip("\n") + "\n\n\n" + part
+                else:
+                    scripts.append(path)
+                path.write_text(part)
     # The scripts import one another: tell isort they are this project's own modules.
     first_party = "lint.isort.known-first-party = " + json.dumps([p.stem for p in scripts])
     config = ["--config", str(ROOT / "ruff.toml"), "--config", first_party]
@@ -255,3 +261,118 @@ def test_scripts_that_guides_write_pass_ruff(tmp_path):
     for args in (["check"], ["format", "--check"]):
         result = run([ruff, *args, *config, *map(str, scripts)], 120, cwd=tmp_path)
         assert result.returncode == 0, f"ruff {args[0]} on the guides' scripts:\n{result.stdout}"
+
+
+# A visible cell states its section's claim in at most this many asserts; the exact bookkeeping
+# goes into a collapsed check cell right after it (tools/page_shape.py says which is which).
+VISIBLE_ASSERTS = 2
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_a_visible_cell_states_its_claim_and_the_checks_are_one_click_away(name):
+    shown = page_shape.cells(name)
+    assert all(c.lines for c in shown), f"docs/{name}.md has an empty code cell: remove it"
+    crowded = [
+        c.source.splitlines()[0] for c in shown if not c.hidden and c.asserts > VISIBLE_ASSERTS
+    ]
+    assert not crowded, (
+        f"docs/{name}.md: visible cells with more than {VISIBLE_ASSERTS} asserts (move the "
+        f"bookkeeping into a collapsed check cell after it, first line '# Check: ...'): {crowded}"
+    )
+    unsaid = [c.source.splitlines()[0] for c in shown if c.hidden and c.asserts]
+    unsaid = [line for line in unsaid if not line.startswith("# ")]
+    assert not unsaid, (
+        f"docs/{name}.md: collapsed cells that check without a first line that says what they"
+        f" check or do ('# Check: ...'): {unsaid}"
+    )
+
+
+def names_of(tree, bound):
+    """(names the cell loads that neither it nor an earlier cell binds, names bound so far).
+    Parameters, what a function assigns and a comprehension's variables are local: neither
+    loaded from nor bound in the module."""
+    local = {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    for f in ast.walk(tree):
+        if isinstance(f, (ast.FunctionDef, ast.Lambda)):
+            stored = (n for n in ast.walk(f) if isinstance(n, ast.Name))
+            local |= {n.id for n in stored if isinstance(n.ctx, ast.Store)}
+    inner = set()  # the Name nodes of comprehension targets
+    for comp in ast.walk(tree):
+        if isinstance(comp, ast.comprehension):
+            inner |= {id(n) for n in ast.walk(comp.target)}
+            local |= {n.id for n in ast.walk(comp.target) if isinstance(n, ast.Name)}
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - local
+    mine = set()
+    for top in tree.body:
+        if isinstance(top, (ast.FunctionDef, ast.ClassDef)):
+            mine.add(top.name)
+            continue
+        for node in ast.walk(top):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                mine |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                if id(node) not in inner:
+                    mine.add(node.id)
+    return loaded - bound - mine, bound | mine
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_no_later_cell_uses_a_name_the_install_cell_left(name):
+    """The install cell's imports and variables (sys, subprocess, Path, ...) exist only because
+    of how it installs; a later cell that uses one without binding it breaks with the cell."""
+    transform = TransformerManager().transform_cell
+    install, *rest = code_cells(name)
+    _, left = names_of(ast.parse(install.source), set())
+    bound, used = set(), []
+    for cell in rest:
+        if cell.source.startswith("%%"):  # a script written to disk, not run in the kernel
+            continue
+        free, bound = names_of(ast.parse(transform(cell.source)), bound)
+        used += sorted(free & left)
+    assert not used, f"docs/{name}.md uses, without importing or binding, {used} (install cell)"
+
+
+@pytest.mark.parametrize("name", guide_names())
+def test_every_page_ends_the_same_way(name):
+    """What you saw, the exercises where there are any, where next: the last sections."""
+    text = re.sub(r"```.*?```", "", (DOCS / f"{name}.md").read_text(), flags=re.S)
+    sections = re.findall(r"^## (.+)$", text, re.M)
+    ending = sections[-3:] if "Exercises" in sections[-3:] else sections[-2:]
+    assert ending in (
+        ["What you saw", "Where next"],
+        ["What you saw", "Exercises", "Where next"],
+    ), (
+        f"docs/{name}.md ends with {sections[-3:]}: end with 'What you saw', then 'Exercises'"
+        " where there are any, then 'Where next'"
+    )
+
+
+# The longest lesson cell, in non-blank lines: a script longer than that is written in parts
+# (`%%to_workdir NAME --append`), each explained in turn.
+LONGEST_CELL = 40
+
+
+# Over all guides: the median lesson cell, in non-blank lines, and the share of the lesson lines
+# that check (asserts, `if ON_CPU:` blocks); JAX's and Flax's sharding pages: 5 to 8.5, 0 to 3%.
+MEDIAN_CELL, CHECK_SHARE = 9, 0.04
+
+
+def test_the_lesson_reads_like_jax_own_pages():
+    shape = page_shape.summary(guide_names())
+    assert shape["median"] <= MEDIAN_CELL, (
+        f"the median lesson cell has {shape['median']} lines, over {MEDIAN_CELL}: split cells"
+        " into one idea each (`python3 tools/page_shape.py` shows each page)"
+    )
+    assert shape["check share"] <= CHECK_SHARE, (
+        f"{shape['check share']:.1%} of the lesson lines check, over {CHECK_SHARE:.0%}: move the"
+        " bookkeeping into collapsed check cells (`python3 tools/page_shape.py`)"
+    )
+
+
+def test_no_lesson_cell_is_longer_than_a_screen():
+    long = {
+        name: [c.lines for c in page_shape.lesson_cells(name) if c.lines > LONGEST_CELL]
+        for name in guide_names()
+    }
+    long = {name: sizes for name, sizes in long.items() if sizes}
+    assert not long, f"lesson cells over {LONGEST_CELL} lines (split them): {long}"
