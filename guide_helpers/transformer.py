@@ -15,12 +15,21 @@ Every weight is created with logical axis names, mapped to the mesh by `nnx.logi
 
 The residual stream between sublayers is `x[batch, seq, embed]`, constrained to what the rules
 say of `batch` and `seq` (sequence parallelism maps `seq` to a mesh axis).
+
+The guide writes its training out too, for later pages to import: `train_step` (Adam on
+`next_token_loss`, or on the `loss_fn` given), `model_and_optimizer` (created
+in their shards) and `compile_train_step` (the step compiled for a state, donating it).
 """
+
+from functools import partial
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 NAMES = ("batch", "seq", "embed", "heads", "hidden", "vocab")
 
@@ -105,3 +114,28 @@ def next_token_loss(model, tokens):
     log_probs = jax.nn.log_softmax(logits)
     targets = jax.nn.one_hot(tokens[:, 1:], logits.shape[-1], dtype=log_probs.dtype)
     return -jnp.mean(jnp.sum(targets * log_probs, axis=-1))
+
+
+def train_step(graphdef, state, tokens, loss_fn=next_token_loss):
+    model, optimizer = nnx.merge(graphdef, state)
+    loss, grads = nnx.value_and_grad(loss_fn)(model, tokens)
+    optimizer.update(model, grads)
+    return nnx.state((model, optimizer)), loss
+
+
+def model_and_optimizer(vocab, embed, heads, hidden, layers, edit=None):
+    """The model and its Adam optimizer; inside a mesh and rules, each array in its shards."""
+    model = Transformer(vocab, embed, heads, hidden, layers, rngs=nnx.Rngs(0))
+    if edit is not None:
+        edit(model)  # changed before Adam's state is made for it
+    return model, nnx.Optimizer(model, optax.adam(3e-3), wrt=nnx.Param)
+
+
+def compile_train_step(graphdef, state, tokens, loss_fn=next_token_loss):
+    """The train step for `state` and `tokens` (arrays, or shapes with shardings), compiled
+    under the mesh and rules it is called in: it donates the state and returns the new state in
+    the same shardings."""
+    mesh = jax.tree.leaves(state)[0].sharding.mesh
+    out = (jax.tree.map(lambda a: a.sharding, state), NamedSharding(mesh, P()))
+    step = partial(train_step, graphdef, loss_fn=loss_fn)
+    return jax.jit(step, donate_argnums=0, out_shardings=out).lower(state, tokens).compile()

@@ -6,9 +6,9 @@ where a page stands (`python3 tools/page_shape.py`, from the committed notebooks
 - The two shared cells (the Colab install cell and the device setup cell) are left out.
 - A *check cell* is a collapsed code cell (tagged `hide-input`) whose first line is a comment
   that starts with `# Check`: the bookkeeping behind the visible cell before it.
-- Every other visible code cell is a *lesson cell*. Its length counts its lines that are not
-  blank; its *check lines* are its `assert` statements (each line of them) and the lines of its
-  `if ON_CPU:` blocks (exact figures of the CPU backend).
+- Every other visible code cell is a *lesson cell*. Its length counts every line, blank ones
+  too (what a reader scrolls past); its *check lines* are its `assert` statements (each line of
+  them) and the lines of its `if ON_CPU:` blocks (exact figures of the CPU backend).
 """
 
 import ast
@@ -33,7 +33,8 @@ class Cell:
 
     @property
     def lines(self):
-        return sum(1 for line in self.source.splitlines() if line.strip())
+        """Every line of the cell, blank ones too."""
+        return len(self.source.splitlines())
 
     @property
     def is_check(self):

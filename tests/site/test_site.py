@@ -271,7 +271,8 @@ VISIBLE_ASSERTS = 2
 @pytest.mark.parametrize("name", guide_names())
 def test_a_visible_cell_states_its_claim_and_the_checks_are_one_click_away(name):
     shown = page_shape.cells(name)
-    assert all(c.lines for c in shown), f"docs/{name}.md has an empty code cell: remove it"
+    empty = [c for c in shown if not c.source.strip()]
+    assert not empty, f"docs/{name}.md has an empty code cell: remove it"
     crowded = [
         c.source.splitlines()[0] for c in shown if not c.hidden and c.asserts > VISIBLE_ASSERTS
     ]
@@ -284,6 +285,22 @@ def test_a_visible_cell_states_its_claim_and_the_checks_are_one_click_away(name)
     assert not unsaid, (
         f"docs/{name}.md: collapsed cells that check without a first line that says what they"
         f" check or do ('# Check: ...'): {unsaid}"
+    )
+    cells = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4).cells
+    after = [  # (the cell before, a check cell), in the page's order, prose included
+        (before, page_shape.Cell(cell.source, True))
+        for before, cell in zip(cells, cells[1:])
+        if "hide-input" in cell.metadata.get("tags", [])
+    ]
+    stray = [
+        check.source.splitlines()[0]
+        for before, check in after
+        if check.is_check
+        and (before.cell_type != "code" or "hide-input" in before.metadata.get("tags", []))
+    ]
+    assert not stray, (
+        f"docs/{name}.md: check cells that do not follow the visible code cell they check"
+        f" (put each right after its cell, no prose between): {stray}"
     )
 
 
@@ -347,12 +364,12 @@ def test_every_page_ends_the_same_way(name):
     )
 
 
-# The longest lesson cell, in non-blank lines: a script longer than that is written in parts
+# The longest lesson cell, every line counted: a script longer than that is written in parts
 # (`%%to_workdir NAME --append`), each explained in turn.
 LONGEST_CELL = 40
 
 
-# Over all guides: the median lesson cell, in non-blank lines, and the share of the lesson lines
+# Over all guides: the median lesson cell, every line counted, and the share of the lesson lines
 # that check (asserts, `if ON_CPU:` blocks); JAX's and Flax's sharding pages: 5 to 8.5, 0 to 3%.
 MEDIAN_CELL, CHECK_SHARE = 9, 0.04
 

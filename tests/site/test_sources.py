@@ -37,6 +37,70 @@ def test_the_main_guide_defines_the_model_that_guide_helpers_shares():
         )
 
 
+def test_the_main_guide_writes_the_step_that_guide_helpers_shares():
+    """The main guide writes its state, loss and step as its lesson; other pages build theirs with
+    guide_helpers.training.steps_for(model), whose three functions must be the guide's."""
+    shared = ast.parse((ROOT / "guide_helpers" / "training.py").read_text())
+    (steps_for,) = [n for n in shared.body if getattr(n, "name", None) == "steps_for"]
+    inner = {n.name: ast.dump(n) for n in steps_for.body if isinstance(n, ast.FunctionDef)}
+    in_guide = top_level(python_of(jupytext.read(DOCS / "scale_up_a_flax_model.md")))
+    assert set(inner) == {"make_state", "loss_fn", "train_step"}
+    for name, dump in inner.items():
+        assert in_guide.get(name) == dump, (
+            f"{name} of docs/scale_up_a_flax_model.md differs from training.steps_for's"
+        )
+
+
+MAIN_STEP = {"make_state", "loss_fn", "train_step"}  # the main guide's: training.steps_for's
+NNX_STEP = {"loss_fn", "train_step_in_place"}  # the NNX guide's, which training.py shares
+
+
+def test_the_nnx_guide_writes_the_step_that_guide_helpers_shares():
+    shared = top_level((ROOT / "guide_helpers" / "training.py").read_text())
+    in_guide = top_level(python_of(jupytext.read(DOCS / "nnx_sharding.md")))
+    for name in NNX_STEP:
+        assert in_guide.get(name) == shared[name], (
+            f"{name} of docs/nnx_sharding.md differs from guide_helpers/training.py's"
+        )
+
+
+def written_steps(name):
+    """The train steps a guide writes itself: its functions named `train_step`, in its cells
+    and in the scripts it writes to disk (`%%to_workdir`: the cell's body is the script)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    transform = TransformerManager().transform_cell
+    sources = []
+    for cell in jupytext.read(DOCS / f"{name}.md").cells:
+        magic, _, body = cell.source.partition("\n")
+        if cell.cell_type != "code":
+            continue
+        if magic.startswith("%%to_workdir") and magic.split()[1].endswith(".py"):
+            sources.append(body)  # a Python script the page writes
+        elif not cell.source.startswith("%%"):
+            sources.append(transform(cell.source))
+    return [
+        node.name
+        for source in sources
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == "train_step"
+    ]
+
+
+# Where the step is the lesson: the main guide, and the transformer guide for the second model.
+WRITE_THEIR_STEP = {"scale_up_a_flax_model", "transformer"}
+
+
+def test_only_the_guides_that_teach_the_step_write_one():
+    """Every other page builds the main guide's step with guide_helpers.training, or imports
+    the transformer's from guide_helpers.transformer."""
+    writing = {name for name in guide_names() if written_steps(name)}
+    assert writing == WRITE_THEIR_STEP, (
+        f"{sorted(writing - WRITE_THEIR_STEP)} write a train_step: use guide_helpers.training "
+        "or guide_helpers.transformer"
+    )
+
+
 def top_level(source, kinds=(ast.ClassDef, ast.FunctionDef)):
     """{name: its AST dump} of the module's top-level classes and functions."""
     body = ast.parse(source).body
@@ -85,8 +149,10 @@ def test_no_guide_redefines_what_guide_helpers_provides(name):
     """One source per helper: a guide imports it. Only the main guide and the transformer guide
     write their models, their lessons (checked equal to guide_helpers above)."""
     lessons = {
-        "scale_up_a_flax_model": {"DotReluDot", "MLP", "LogicalDotReluDot", "LogicalMLP"},
+        "scale_up_a_flax_model": {"DotReluDot", "MLP", "LogicalDotReluDot", "LogicalMLP"}
+        | MAIN_STEP,
         "transformer": TRANSFORMER_LESSON,
+        "nnx_sharding": NNX_STEP,
     }
     allowed = lessons.get(name, set())
     shared = shared_definitions()

@@ -28,7 +28,7 @@ def test_the_shared_cells_are_left_out_and_checks_are_told_from_lessons(tmp_path
     shown = page_shape.cells("guide", notebook(tmp_path, cells))
     assert [(c.hidden, c.is_check) for c in shown] == [(False, False), (True, True), (True, False)]
     lesson = shown[0]
-    assert (lesson.lines, lesson.asserts, lesson.check_lines) == (5, 2, 4)
+    assert (lesson.lines, lesson.asserts, lesson.check_lines) == (6, 2, 4)  # blank lines count
     assert page_shape.lesson_cells("guide", tmp_path) == [lesson]
 
 
@@ -39,8 +39,8 @@ def test_a_script_cell_counts_its_asserts_and_the_summary_adds_up(tmp_path):
     assert page_shape.cells("guide", tmp_path)[0].check_lines == 1
     assert summary == {
         "lesson cells": 2,
-        "median": 4.5,
-        "largest": 5,
+        "median": 5.5,
+        "largest": 6,
         "over 40": 0,
-        "check share": 5 / 9,
+        "check share": 5 / 11,
     }
