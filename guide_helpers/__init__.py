@@ -6,7 +6,8 @@ By kind, each module tested once in tests/unit/test_MODULE.py (CONTRIBUTING.md):
   as several JAX processes, bounded in time), `child` (a child Python whose errors and warnings
   read alike on every Python), `workdir` (a page's scratch directory and `%%to_workdir`),
   `tables` (HTML tables and byte formatting).
-- Models: `models` (the main guide's MLP), `transformer` (the NNX transformer), `layouts` (the
+- Models: `models` (the main guide's MLP), `transformer` (the NNX transformer), `llama` (its
+  Llama-shaped variant: grouped-query attention, a gated MLP), `layouts` (the
   rules that map the models' logical axes to a mesh), `onechip` (the transformer's step on one
   chip, as measured on a real TPU).
 - Program readers: `hlo` (what a compiled step communicates and computes, from its HLO), `tpu`

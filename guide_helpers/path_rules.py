@@ -13,7 +13,8 @@ on `qkv/kernel` also lays out Adam's moments of that kernel (`.../mu/blocks/0/qk
   paths to fix: a rule that matches no leaf (a typo would otherwise replicate silently), a leaf
   that no rule matches (end with `(".*", P())` to replicate the rest on purpose), and a spec with
   more entries than its leaf has dimensions.
-- `zip_by_path(tree, other)`: `(path, leaf, other's leaf)` for two trees of one structure.
+- `zip_by_path(tree, other)`: `(path, leaf, other's leaf)` for two trees of one structure, such
+  as a state and its specs; trees with different numbers of leaves are refused.
 - `mismatches(tree, specs)`: `(path, expected, actual)` for every array whose sharding is not the
   one its spec names: empty when the layout is what the rules say.
 """
@@ -79,21 +80,20 @@ def specs_by_path(tree, rules):
 def mismatches(tree, specs):
     """`(path, expected spec, actual spec)` for each array of `tree` laid out otherwise than its
     spec in `specs` says (trailing `None`s do not count: `P("x", None)` is `P("x")`)."""
-
-    def trimmed(spec):
-        entries = list(spec)
-        while entries and entries[-1] is None:
-            entries.pop()
-        return P(*entries)
-
     found = []
-    for (key_path, leaf), spec in zip(
-        jax.tree_util.tree_leaves_with_path(tree), jax.tree.leaves(specs, is_leaf=is_spec)
-    ):
-        actual = trimmed(getattr(leaf.sharding, "spec", P()))
-        if actual != trimmed(spec):
-            found.append((path_of(key_path), spec, actual))
+    for path, leaf, spec in zip_by_path(tree, specs):
+        actual = _trimmed(getattr(leaf.sharding, "spec", P()))
+        if actual != _trimmed(spec):
+            found.append((path, spec, actual))
     return found
+
+
+def _trimmed(spec):
+    """`spec` without its trailing `None`s."""
+    entries = list(spec)
+    while entries and entries[-1] is None:
+        entries.pop()
+    return P(*entries)
 
 
 def is_spec(x):
@@ -101,6 +101,8 @@ def is_spec(x):
 
 
 def zip_by_path(tree, other):
-    """`(path, leaf, other's leaf)` for each leaf of two trees of the same structure."""
+    """`(path, leaf, other's leaf)` for each leaf of two trees of the same structure (a tree of
+    `PartitionSpec`s has each spec as one leaf); refuses trees with different numbers of leaves."""
     pairs = jax.tree_util.tree_leaves_with_path(tree)
-    return [(path_of(p), leaf, b) for (p, leaf), b in zip(pairs, jax.tree.leaves(other))]
+    others = jax.tree.leaves(other, is_leaf=is_spec)
+    return [(path_of(p), leaf, b) for (p, leaf), b in zip(pairs, others, strict=True)]

@@ -5,8 +5,9 @@ model and reads each figure from the program; this module predicts the same figu
 that a reader can price a model of their own without compiling it, and the page checks the two
 against each other. Everything is per device and per train step.
 
-- `Config`: the transformer's shapes (`guide_helpers.transformer`), the global batch and the
-  sequence length; `LLAMA_8B_LIKE` is the page's model.
+- `Config`: the transformer's shapes (`guide_helpers.transformer`, or with grouped-query
+  attention and a gated MLP `guide_helpers.llama`), the global batch and the sequence length;
+  `LLAMA_3_8B` is the page's model, `LLAMA_8B_LIKE` the site's transformer at its width.
 - `Layout`: how the mesh splits the weights, the batch and the activations, on nodes of
   `node_size` devices.
 - `memory(...)`: bytes per device, part by part (state, gradients, saved activations, the
@@ -67,11 +68,28 @@ class Config:
     layers: int
     seq: int
     batch: int  # sequences per step, all devices together
+    kv_heads: int | None = None  # key/value heads (grouped-query attention); None: one per head
+    gated: bool = False  # a gated MLP (Wgate, Wup, Wdown), as Llama's, not W1 and W2
+
+    @property
+    def kv_width(self):
+        """Columns of the keys' (and of the values') projection: kv_heads x head_dim."""
+        return (self.kv_heads or self.heads) * (self.embed // self.heads)
+
+    @property
+    def mlp_in(self):
+        """The MLP's matrices that read the block's input: W1, or Wgate and Wup."""
+        return 2 if self.gated else 1
 
     @property
     def block_matrices(self):
-        """Weights of a block's matrices: Wqkv 3 E^2, Wo E^2, W1 and W2 E F each."""
-        return 4 * self.embed**2 + 2 * self.embed * self.hidden
+        """Weights of a block's matrices: Wq and Wo E^2 each, Wk and Wv E x kv_width each (the
+        site's fused Wqkv: 3 E^2), and the MLP's E x F matrices (2, or 3 when gated)."""
+        return (
+            2 * self.embed**2
+            + 2 * self.embed * self.kv_width
+            + (self.mlp_in + 1) * self.embed * self.hidden
+        )
 
     @property
     def replicated(self):
@@ -88,8 +106,15 @@ class Config:
         return self.params - self.vocab * self.embed - self.replicated
 
 
-# The page's model: Llama 3 8B's width, depth, heads, vocabulary and sequence, with the gated MLP's
-# 3 x 4096 x 14336 weights as the site's 2-matrix MLP of 21504 (= 1.5 x 14336) hidden units.
+# Llama 3 8B: 8 key/value heads for 32 query heads, a gated MLP of 14,336; the plan page's model
+# (`guide_helpers.llama` at these shapes), 8,030,261,248 parameters
+LLAMA_3_8B = Config(
+    vocab=128256, embed=4096, heads=32, hidden=14336, layers=32, seq=8192, batch=256,
+    kv_heads=8, gated=True,
+)  # fmt: skip
+# The site's own transformer at Llama 3 8B's width, depth, heads, vocabulary and sequence: every
+# head its own keys and values, and a 2-matrix MLP of 21504 (= 1.5 x 14336) hidden units, the
+# gated MLP's weights (8.84B parameters)
 LLAMA_8B_LIKE = Config(
     vocab=128256, embed=4096, heads=32, hidden=21504, layers=32, seq=8192, batch=256
 )
@@ -142,20 +167,23 @@ def activations_per_layer(config, layout, b, remat, flash=False):
     """Bytes a layer saves for the backward pass, per device (b sequences of `seq` tokens).
 
     - "block": only the block's input, x[b, seq, embed] in bf16; the rest is recomputed.
-    - "dots": x and the outputs of the matrix products with no batch dimension: qkv (3 E),
-      attention's output projection (E) and W1's (F), in bf16; W2's output only feeds a sum.
+    - "dots": x and the outputs of the matrix products with no batch dimension: q, k and v
+      (E + 2 kv_width), attention's output projection (E) and W1's (F; Wgate's and Wup's, 2 F),
+      in bf16; the MLP's last product only feeds a sum.
     - "none": everything `jax.ad_checkpoint.print_saved_residuals` lists for one block: f32
-      copies of the norms' work (6 E), bf16 activations (6 E) and MLP values (6 F) per token,
-      and 11 bytes per attention score (mask, scores, exponentials, probabilities); with
-      `flash`, an attention kernel that saves no scores, only each row's f32 log-sum-exp.
+      copies of the norms' work (6 E), bf16 activations (4 E + 2 kv_width) and MLP values (6 F,
+      gated or not) per token, and 11 bytes per attention score (mask, scores, exponentials,
+      probabilities); with `flash`, an attention kernel that saves no scores, only each row's
+      f32 log-sum-exp.
     """
     E, F, S, t = config.embed, config.hidden, config.seq, layout.tensor
+    kv = config.kv_width
     if remat == "block":
         return 2 * b * S * E
     if remat == "dots":
-        return 2 * b * S * (E + 3 * E // t + E + F // t)
+        return 2 * b * S * (E + (E + 2 * kv) // t + E + config.mlp_in * F // t)
     if remat == "none":
-        per_token = 6 * 4 * E + 6 * 2 * E + 6 * 2 * F // t
+        per_token = 6 * 4 * E + 2 * (4 * E + 2 * kv) + 6 * 2 * F // t
         scores = 4 * S if flash else 11 * S * S  # per head and query
         return b * S * per_token + b * config.heads // t * scores
     raise ValueError(f"remat must be one of {REMAT}, not {remat!r}")
@@ -190,7 +218,8 @@ def flops(config, layout, remat):
     (q k^T and p v) over the whole seq x seq square (XLA computes the masked half too):
     4 E S FLOPs per token and layer forward, twice that backward. Remat adds what it
     recomputes: "dots" the attention products (saved only without batch dimensions); "block"
-    every forward product but W2's, whose output the backward pass does not need.
+    every forward product but the MLP's last (W2, Wdown), whose output the backward pass does
+    not need.
     """
     E, F, S, L = config.embed, config.hidden, config.seq, config.layers
     tokens = config.batch * S / layout.devices
@@ -199,7 +228,7 @@ def flops(config, layout, remat):
     extra = {
         "none": 0,
         "dots": attention,
-        "block": 2 * L * (4 * E * E + E * F) * tokens + attention,
+        "block": 2 * L * (config.block_matrices - E * F) * tokens + attention,
     }[remat]
     return base + extra
 

@@ -76,7 +76,11 @@ def label_instructions(compiled, scopes=()):
         else:
             what = "other"
         name = hlo.op_name_of(ins, default="")
-        scope = next((s for s in scopes if re.search(rf"(^|/){re.escape(s)}(/|$)", name)), "")
+        # a module's name is a path component; a named scope may sit inside jvp(...) or
+        # transpose(jvp(...)) in the backward pass
+        scope = next(
+            (s for s in scopes if re.search(rf"(^|[/(]){re.escape(s)}([/)]|$)", name)), ""
+        )
         labels[ins.name] = (what, scope)
     return labels
 

@@ -87,9 +87,11 @@ class DecoderBlock(nnx.Module):
         self.mlp_norm = nnx.RMSNorm(embed, rngs=rngs)
         self.mlp = FeedForward(embed, hidden, rngs=rngs)
 
-    def __call__(self, x):
-        x = residual(x + self.attention(whole_sequence(self.attention_norm(x))))
-        return residual(x + self.mlp(whole_sequence(self.mlp_norm(x))))
+    def __call__(self, x):  # each sublayer named in the program, for a profile to find
+        with jax.named_scope("attention"):
+            x = residual(x + self.attention(whole_sequence(self.attention_norm(x))))
+        with jax.named_scope("mlp"):
+            return residual(x + self.mlp(whole_sequence(self.mlp_norm(x))))
 
 
 class Transformer(nnx.Module):
@@ -103,8 +105,9 @@ class Transformer(nnx.Module):
 
     def __call__(self, tokens):
         x = residual(self.table[...][tokens])  # x[batch, seq, embed]
-        for block in self.blocks:
-            x = block(x)
+        for i, block in enumerate(self.blocks):
+            with jax.named_scope(f"block_{i}"):
+                x = block(x)
         return self.norm(x) @ self.head[...]  # logits[batch, seq, vocab]
 
 

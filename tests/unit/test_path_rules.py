@@ -54,3 +54,12 @@ def test_mismatches_names_the_arrays_not_laid_out_as_their_spec_says(mesh):
     assert path_rules.mismatches(placed, specs) == []
     whole = jax.device_put(nnx_state(), NamedSharding(mesh, P()))
     assert [m[0] for m in path_rules.mismatches(whole, specs)] == ["0/kernel", "1/kernel"]
+
+
+def test_zip_by_path_pairs_a_tree_with_its_specs_and_refuses_trees_of_other_sizes():
+    specs = path_rules.specs_by_path(nnx_state(), [(r"kernel", P(None, "model")), (r".*", P())])
+    pairs = path_rules.zip_by_path(nnx_state(), specs)
+    first = [(path, spec) for path, _, spec in pairs][:2]
+    assert first == [("0/bias", P()), ("0/kernel", P(None, "model"))]
+    with pytest.raises(ValueError):
+        path_rules.zip_by_path(nnx_state(), [P(), P()])

@@ -49,6 +49,30 @@ def test_scopes_come_from_jax_names():
     assert labels["dot.1"] == ("matmul", "layer_1") and labels["ar"] == ("all-reduce", "layer_10")
 
 
+def test_a_named_scope_is_found_in_the_backward_pass_too():
+    from guide_helpers import hlo, profile
+
+    def f(w, x):
+        for i in range(2):
+            with jax.named_scope(f"block_{i}"):
+                x = jnp.tanh(x @ w)
+        return x.sum()
+
+    compiled = jax.jit(jax.grad(f)).lower(jnp.ones((8, 8)), jnp.ones((4, 8))).compile()
+    labels = profile.label_instructions(compiled, ["block_0", "block_1"])
+    # forward products are named jvp(block_i)/..., backward ones transpose(jvp(block_i))/...
+    names = {
+        ins.name: hlo.op_name_of(ins, default="")
+        for ins in hlo.parse(compiled.as_text()).instructions
+    }
+    backward = [
+        n for n, name in names.items() if name.startswith("jit(f)/transpose(jvp(block_1))")
+    ]
+    assert backward and all(labels[n][1] == "block_1" for n in backward)
+    matmuls = {scope for what, scope in labels.values() if what == "matmul"}
+    assert matmuls == {"block_0", "block_1"}  # every product in a block, none unnamed
+
+
 def test_the_memory_profile_agrees_with_the_live_arrays(mesh):
     from collections import Counter
 
