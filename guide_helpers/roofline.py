@@ -567,3 +567,37 @@ def per_link(rows, node, node_of):
             sent[link] += c.per_step * nbytes
         seconds += c.per_step * t
     return sent, seconds
+
+
+def context_parallel(chip, bandwidth, seq, heads, kv_heads, head_dim, devices, wire=BF16):
+    """One attention layer's forward pass with its sequence split over `devices`, three ways.
+
+    Returns {"compute": seconds, "ring": (bytes, exposed seconds), "all-gather": (...),
+    "ulysses": (...)}, per device, at the chip's peak and `bandwidth` bytes/s per device.
+
+    - compute: q k^T and p v over the whole seq x seq square (no masked work skipped),
+      4 seq (seq / n) heads head_dim FLOPs per device.
+    - ring: n - 1 steps, each sending the next key and value blocks (kv_heads of them) while it
+      computes one block pair; a step whose transfer outlasts its compute exposes the rest
+      (`ring_attention_block` is where it stops).
+    - all-gather: every device gathers the keys and values it lacks, (n - 1) / n of them,
+      before attending: exposed, unless other work overlaps it.
+    - ulysses: all-to-alls trade the sequence split for a head split, for q, k and v and back
+      for the output, each sending (n - 1) / n of a device's share: exposed. It needs `heads`
+      divisible by n; with fewer key/value heads than devices, each is repeated to give every
+      device one (so they count as n), and None is returned when heads % n.
+    """
+    n = devices
+    compute = 4 * seq * (seq / n) * heads * head_dim / chip.flops
+    block_kv = 2 * (seq / n) * kv_heads * head_dim * wire  # a device's k and v block
+    step = max(0.0, block_kv / bandwidth - compute / n)
+    ring = ((n - 1) * block_kv, (n - 1) * step)
+    gathered = (n - 1) * block_kv
+    out = {"compute": compute, "ring": ring, "all-gather": (gathered, gathered / bandwidth)}
+    if heads % n:
+        out["ulysses"] = None
+    else:
+        kv = max(kv_heads, n)
+        sent = (n - 1) / n * (seq / n) * (2 * heads + 2 * kv) * head_dim * wire
+        out["ulysses"] = (sent, sent / bandwidth)
+    return out

@@ -254,3 +254,22 @@ def test_ring_attention_block_is_the_forward_step_by_hand():
     assert round(roofline.ring_attention_block(h100, 450e9, kv_fraction=8 / 32)) == 550
     b = roofline.ring_attention_block(h100, 450e9, skip_masked=True)
     assert 2 * b**2 / 989.5e12 == pytest.approx(4 * b / 450e9)  # half the work, same bytes
+
+
+def test_context_parallel_prices_three_splits_of_a_sequence_by_hand():
+    h100, n, seq, d = CHIPS["H100 SXM"], 8, 32768, 128
+    priced = roofline.context_parallel(h100, 450e9, seq, 32, 8, d, n)
+    assert priced["compute"] == pytest.approx(4 * seq * seq / n * 32 * d / 989.5e12)
+    block = 2 * seq / n * 8 * d * 2  # a device's k and v block, bf16
+    assert priced["all-gather"] == pytest.approx((7 * block, 7 * block / 450e9))
+    # a 4,096-token block is past ring_attention_block's 550 (8 of 32 heads): hidden
+    assert seq / n > roofline.ring_attention_block(h100, 450e9, kv_fraction=8 / 32)
+    assert priced["ring"] == pytest.approx((7 * block, 0.0))
+    ulysses = 7 / 8 * seq / n * (2 * 32 + 2 * 8) * d * 2  # q, k, v and the output, 7/8 sent
+    assert priced["ulysses"] == pytest.approx((ulysses, ulysses / 450e9))
+    # below the block the ring exposes each step's excess; 2 kv heads are repeated to 8
+    short = roofline.context_parallel(h100, 50e9, 8192, 32, 2, d, n)
+    step = 2 * 1024 * 2 * d * 2 / 50e9 - 4 * 8192 * 1024 * 32 * d / 989.5e12 / n
+    assert step > 0 and short["ring"][1] == pytest.approx(7 * step)
+    assert short["ulysses"][0] == pytest.approx(7 / 8 * 1024 * (2 * 32 + 2 * 8) * d * 2)
+    assert roofline.context_parallel(h100, 450e9, seq, 12, 12, d, n)["ulysses"] is None
