@@ -13,7 +13,8 @@ By kind, each module tested once in tests/unit/test_MODULE.py (CONTRIBUTING.md):
 - Program readers: `hlo` (what a compiled step communicates and computes, from its HLO), `tpu`
   (the TPU compiler without a TPU), `profile` (a trace and a memory profile of a step that ran).
 - Cost models: `roofline` (chips, links and a step's time), `plan` (a plan's memory, FLOPs,
-  bytes per link and time, from formulas).
+  bytes per link and time, from formulas), `schedules` (a pipeline schedule played tick by
+  tick: its bubble and the micro-batches it holds).
 - Teaching: `figures` (drawn from what the page asserts on), `exercises` (a reader's answer,
   compiled and graded).
 """

@@ -13,7 +13,7 @@ rules, the residual stream constrained by them), with one more logical axis:
   together). `kv_heads` follows `heads` unless the rules say otherwise (`logical_rules`): under
   tensor parallelism of degree t, each device then holds kv_heads / t of them, which needs
   kv_heads divisible by t; with fewer key/value heads than devices, map `kv_heads` to None
-  (each device keeps them all, a replica of a small matrix);
+  (each device keeps them all: Wkv whole on every device, its gradient summed over them);
 - `Wgate[embed, hidden]`, `Wup[embed, hidden]`, `Wdown[hidden, embed]`: the gated MLP,
   silu(x Wgate) * (x Wup) then Wdown; `hidden` split keeps each gate column with its up column.
 """

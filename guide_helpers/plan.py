@@ -1,7 +1,7 @@
 """A training plan's memory, FLOPs, bytes per link and step time, from formulas.
 
-The plan page (docs/plan_an_8b_model.md) compiles the site's transformer at the shapes of an 8B
-model and reads each figure from the program; this module predicts the same figures by hand, so
+The plan page (docs/plan_an_8b_model.md) compiles Llama 3 8B's shapes (`guide_helpers.llama`)
+and reads each figure from the program; this module predicts the same figures by hand, so
 that a reader can price a model of their own without compiling it, and the page checks the two
 against each other. Everything is per device and per train step.
 
@@ -54,7 +54,8 @@ SCORE_BYTES = 1 + 4 + 4 + 2 + 4
 # each)
 LOGIT_BYTES = 2 + 4 + 4 + 4
 # the leaner practice: a bf16 micro-batch gradient summed into an f32 main gradient; a fused
-# (or chunked) cross-entropy that keeps the bf16 logits and never their f32 copies
+# cross-entropy that keeps the bf16 logits and never their f32 copies (a chunked loss keeps
+# less still: a few f32 tiles of them, as the llama_pieces page reads from its program)
 LEAN_GRADIENT_BYTES = F32 + BF16
 FUSED_LOGIT_BYTES = 2
 
