@@ -136,10 +136,13 @@ lint: check-env
 	$(BIN)/ruff format --check $(LINTED)
 
 # A benchmark, not a test: wall times of a clean build, rebuilds and bare executions, in a
-# temporary copy of the repository (your _build and docs are not touched). REPEAT=3 for medians.
+# temporary copy of the repository (your _build and docs are not touched). REPEAT=3 for medians;
+# finished rounds are kept in .bench/, so a later run goes on from them; COMMIT=REF measures a
+# commit's files instead of the working tree.
 REPEAT ?= 1
+COMMIT ?=
 bench: check-env
-	$(BIN)/python tools/bench.py --repeat $(REPEAT)
+	$(BIN)/python tools/bench.py --repeat $(REPEAT) $(if $(COMMIT),--commit $(COMMIT))
 
 sync: $(STAMP)
 	@$(BIN)/python tools/shared_cells.py

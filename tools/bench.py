@@ -14,17 +14,30 @@ left alone. Measured, each --repeat times (medians printed):
 
 and two ratios: the clean build to the sum of the bare executions, and `make test` to the
 clean build.
+
+A round of all the guides takes about an hour on a two-core machine, so three rounds need most
+of a working session of an idle machine. Each finished round is therefore appended to a file of
+rounds (`--rounds`, `.bench/rounds.jsonl`), keyed by what was measured: `--commit REF` measures
+that commit's files (its key is the commit), otherwise the working tree (its key is a hash of its
+files). A later run with the same key runs only the rounds still missing up to --repeat and
+prints the medians of the latest --repeat rounds, each round's figures beside them.
 """
 
 import argparse
+import hashlib
+import io
+import json
 import os
 import platform
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from guides import guide_names
@@ -82,37 +95,88 @@ def working_tree():
     return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
 
 
+def tree_key(files):
+    """A hash of the working tree's files, names and contents: what a round measured."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
+    return "tree:" + digest.hexdigest()[:16]
+
+
+def materialize(work, commit):
+    """The files to measure, written into `work`: a commit's, or the working tree's; and the
+    key of what they are."""
+    if commit:
+        git = partial(subprocess.run, cwd=ROOT, stdout=subprocess.PIPE, check=True)
+        sha = git(["git", "rev-parse", "--verify", commit + "^{commit}"], text=True).stdout.strip()
+        archive = git(["git", "archive", sha]).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(work, filter="data")
+        # Old mtimes, older than .venv's stamp, so that make sees the environment as up to date.
+        for path in work.rglob("*"):
+            os.utime(path, (1e9, 1e9), follow_symlinks=False)
+        return "commit:" + sha
+    files = working_tree()
+    for item in files:  # copy2 keeps mtimes, so make sees .venv as up to date
+        (work / item).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / item, work / item)
+    return tree_key(files)
+
+
+def recorded(path, key):
+    """The rounds of `key` already in the file of rounds."""
+    if not path.exists():
+        return []
+    rounds = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rounds if r["key"] == key]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="rounds; medians are printed")
+    parser.add_argument("--commit", help="measure this commit's files, not the working tree")
+    parser.add_argument("--rounds", default=str(ROOT / ".bench" / "rounds.jsonl"),
+                        help="the file of finished rounds, kept between runs")  # fmt: skip
     args = parser.parse_args()
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    store = Path(args.rounds)
+    store.parent.mkdir(parents=True, exist_ok=True)
 
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         work = Path(tmp)
-        for item in working_tree():  # copy2 keeps mtimes, so make sees .venv as up to date
-            (work / item).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / item, work / item)
+        key = materialize(work, args.commit)
         for venv in (".venv", ".venv-colab"):  # make test and make unit need both
             if (ROOT / venv).exists():
                 os.symlink(ROOT / venv, work / venv)
         names = guide_names(work / "docs")
-        rounds = []
-        for i in range(args.repeat):
-            print(f"round {i + 1} of {args.repeat} ...", flush=True)
-            rounds.append(one_round(work, names))
+        done = recorded(store, key)
+        missing = max(0, args.repeat - len(done))
+        print(f"{key}: {len(done)} rounds recorded in {store}, {missing} to run", flush=True)
+        for i in range(missing):
+            print(f"round {len(done) + 1} ({i + 1} of {missing} now) ...", flush=True)
+            start = datetime.now().isoformat(timespec="seconds")
+            times = one_round(work, names)
+            finished = datetime.now().isoformat(timespec="seconds")
+            row = {"key": key, "machine": machine, "guides": len(names), "started": start,
+                   "finished": finished, "times": times}  # fmt: skip
+            with store.open("a") as f:  # kept at once: a later run goes on from here
+                f.write(json.dumps(row) + "\n")
+            done.append(row)
 
+    rounds = [r["times"] for r in done[-args.repeat :]]
     median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     bare = sum(median[f"bare: {n}"] for n in names)
     median["sum of bare executions"] = bare
     median["clean/bare"] = median["clean make html"] / bare
     median["test/build"] = median["make test"] / median["clean make html"]
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"\nmachine: {machine}")
-    print(f"guides: {len(names)}; rounds: {args.repeat} (medians)\n")
-    for key, value in median.items():
-        shown = f"{value:.0f}" if key.startswith("guides executed") else f"{value:.2f}"
-        unit = "" if key.startswith("guides executed") or "/" in key else " s"
-        print(f"  {key:40} {shown}{unit}")
+    print(f"guides: {len(names)}; rounds: {len(rounds)} (medians)\n")
+    for name, value in median.items():
+        shown = f"{value:.0f}" if name.startswith("guides executed") else f"{value:.2f}"
+        unit = "" if name.startswith("guides executed") or "/" in name else " s"
+        each = " ".join(f"{r[name]:.1f}" for r in rounds) if name in rounds[0] else ""
+        each = f"   (rounds: {each})" if len(rounds) > 1 and each else ""
+        print(f"  {name:40} {shown}{unit}{each}")
     print()
     checks = [
         ("clean build within 1.15x of the bare executions", median["clean/bare"] <= 1.15),
