@@ -123,12 +123,12 @@ def materialize(work, commit):
     return tree_key(files)
 
 
-def recorded(path, key):
-    """The rounds of `key` already in the file of rounds."""
+def recorded(path, key, machine):
+    """The rounds of `key` already in the file of rounds, measured on this kind of machine."""
     if not path.exists():
         return []
     rounds = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rounds if r["key"] == key]
+    return [r for r in rounds if r["key"] == key and r["machine"] == machine]
 
 
 def main():
@@ -149,7 +149,7 @@ def main():
             if (ROOT / venv).exists():
                 os.symlink(ROOT / venv, work / venv)
         names = guide_names(work / "docs")
-        done = recorded(store, key)
+        done = recorded(store, key, machine)
         missing = max(0, args.repeat - len(done))
         print(f"{key}: {len(done)} rounds recorded in {store}, {missing} to run", flush=True)
         for i in range(missing):
@@ -164,7 +164,7 @@ def main():
             done.append(row)
 
     rounds = [r["times"] for r in done[-args.repeat :]]
-    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    median = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
     bare = sum(median[f"bare: {n}"] for n in names)
     median["sum of bare executions"] = bare
     median["clean/bare"] = median["clean make html"] / bare
