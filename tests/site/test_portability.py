@@ -15,7 +15,16 @@ import shutil
 
 import nbformat
 import pytest
-from conftest import BUILD, BUILD_TIMEOUT, DOCS, NOTEBOOKS, ROOT, guide_names, run, sphinx_command
+from conftest import (
+    BUILD,
+    DOCS,
+    NOTEBOOKS,
+    ONE_CORE_BUILD_TIMEOUT,
+    ROOT,
+    guide_names,
+    run,
+    sphinx_command,
+)
 from support.compare_outputs import (
     executed_notebooks,
     sanitize_patterns,
@@ -44,7 +53,7 @@ def build_under(profile, src, out):
     """The site's build of `src` under `profile`, every guide executed into a new cache."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = sphinx_command(src, out / "html", out / "doctrees", executed=out / "executed")
-    result = run(profile.command(cmd), BUILD_TIMEOUT, cwd=ROOT, env=profile.environ())
+    result = run(profile.command(cmd), ONE_CORE_BUILD_TIMEOUT, cwd=ROOT, env=profile.environ())
     return result, executed_notebooks(out / "executed")
 
 
