@@ -53,8 +53,9 @@ def test_the_donated_step_deletes_the_state_it_is_given(mesh, batch):
 def test_the_step_is_adam_on_the_mean_squared_error(batch):
     x, target = batch
     model = LogicalMLP(1, HIDDEN)  # no rules: its constraints name no mesh axis
-    state = training.steps_for(model).make_state(jax.random.key(1), x)
-    new, loss = training.steps_for(model).train_step(state, x, target)
+    steps = training.steps_for(model)  # jitted here: one program each, not op by op
+    state = jax.jit(steps.make_state)(jax.random.key(1), x)
+    new, loss = jax.jit(steps.train_step)(state, x, target)
     prediction = model.apply({"params": state.params}, x)
     assert np.isclose(float(loss), float(jnp.mean((prediction - target) ** 2)), rtol=1e-6)
     assert int(new.step) == 1 and int(new.opt_state[0].count) == 1
@@ -64,8 +65,8 @@ def test_mixed_precision_keeps_bf16_parameters_and_updates_f32_masters(batch):
     x, target = batch
     model = LogicalMLP(1, HIDDEN)
     steps = training.mixed_precision_steps_for(model, training.ADAM)
-    state = steps.make_state(jax.random.key(1), x)
-    new, loss = steps.train_step(state, x.astype(jnp.bfloat16), target)
+    state = jax.jit(steps.make_state)(jax.random.key(1), x)
+    new, loss = jax.jit(steps.train_step)(state, x.astype(jnp.bfloat16), target)
     dtypes = {k: {a.dtype for a in jax.tree.leaves(v)} for k, v in new.items()}
     assert dtypes["params"] == {jnp.dtype(jnp.bfloat16)} and dtypes["master"] == {jnp.dtype("f4")}
     master, copy = new["master"]["layers"]["W1"].value, new["params"]["layers"]["W1"].value
