@@ -8,6 +8,9 @@
   is (`"matmul"`, a collective's kind, or `"other"`) and the first of `scopes` its JAX name
   mentions (a Flax module name, a `jax.named_scope`), to join a trace with its program.
 - `timings(events, labels)`: microseconds per (device, label), summed over the events.
+- `runs(events, module, device)`: when each call of a program ran on one device, first operation
+  to last, and `idle(spans)`: how long the device waited between those calls, the time a step
+  loop leaves it without work.
 - `memory_profile(raw)`: the samples of `jax.profiler.device_memory_profile()`, a gzipped pprof
   protocol buffer, decoded here (no pprof tool needed): bytes, kind and device of every live
   buffer, with the Python functions that allocated it.
@@ -91,6 +94,36 @@ def timings(events, label):
     for e in events:
         total[e.device, label(e)] += e.duration
     return dict(total)
+
+
+class Span(NamedTuple):
+    start: float  # microseconds from the start of the trace
+    end: float
+
+
+def runs(events, module, device=0):
+    """One `Span` per call of the program `module` on `device`, from its first operation's start
+    to its last one's end, in start order."""
+    spans = {}
+    for e in events:
+        if e.device == device and e.module == module:
+            start, end = spans.get(e.run, (e.start, e.start + e.duration))
+            spans[e.run] = (min(start, e.start), max(end, e.start + e.duration))
+    if not spans:
+        found = sorted({e.module for e in events if e.device == device})
+        raise ValueError(f"no run of {module!r} on device {device} in the trace; it ran {found}")
+    return sorted(Span(*s) for s in spans.values())
+
+
+def idle(spans):
+    """Microseconds between consecutive spans, each gap counted when the next starts after the
+    last one ended: the time the device had nothing of these calls to run."""
+    gaps, end = [], None
+    for start, stop in sorted(spans):
+        if end is not None and start > end:
+            gaps.append(start - end)
+        end = stop if end is None else max(end, stop)
+    return gaps
 
 
 class Sample(NamedTuple):

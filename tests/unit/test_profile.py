@@ -73,6 +73,48 @@ def test_a_named_scope_is_found_in_the_backward_pass_too():
     assert matmuls == {"block_0", "block_1"}  # every product in a block, none unnamed
 
 
+def test_runs_span_each_call_and_idle_counts_the_gaps_between_them():
+    from guide_helpers import profile
+
+    E = profile.Event
+    events = [
+        E(0, "dot", "jit_step", 10.0, 5.0, "a"),
+        E(0, "add", "jit_step", 16.0, 4.0, "a"),  # run a: 10 to 20
+        E(1, "dot", "jit_step", 0.0, 50.0, "a"),  # another device: not counted
+        E(0, "dot", "jit_other", 22.0, 3.0, "c"),  # another program: not counted
+        E(0, "dot", "jit_step", 35.0, 5.0, "b"),  # run b: 35 to 40
+        E(0, "dot", "jit_step", 41.0, 9.0, "d"),  # run d: 41 to 50
+    ]
+    spans = profile.runs(events, "jit_step", device=0)
+    assert spans == [(10.0, 20.0), (35.0, 40.0), (41.0, 50.0)]
+    assert profile.idle(spans) == [15.0, 1.0]
+    assert profile.idle([(0.0, 10.0), (5.0, 8.0), (12.0, 13.0)]) == [2.0]  # overlap: no gap
+    with pytest.raises(ValueError, match=r"'jit_none' on device 0.*jit_other"):
+        profile.runs(events, "jit_none", device=0)
+
+
+def test_a_pause_between_calls_is_idle_time_in_a_real_trace(mesh, tmp_path):
+    import time
+
+    from guide_helpers import profile
+
+    x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, P("data")))
+
+    def double(a):
+        return a * 2.0
+
+    step = jax.jit(double)
+    step(x).block_until_ready()
+    with jax.profiler.trace(str(tmp_path), create_perfetto_trace=True):
+        for _ in range(2):
+            step(x).block_until_ready()
+            time.sleep(0.05)  # the host does something else for 50 ms
+    spans = profile.runs(profile.read_trace(tmp_path), "jit_double", device=0)
+    gaps = profile.idle(spans)
+    assert len(spans) == 2 and len(gaps) == 1
+    assert gaps[0] >= 50_000  # microseconds: the device waited at least the pause
+
+
 def test_the_memory_profile_agrees_with_the_live_arrays(mesh):
     from collections import Counter
 
