@@ -93,6 +93,17 @@ def versions():
     return found
 
 
+def of_this_run(tool, argv, step):
+    """The provenance every record shares: versions, Python, date, the command and the step."""
+    return {
+        "versions": versions(),
+        "python": platform.python_version(),
+        "date": date.today().isoformat(),
+        "command": " ".join(["python", tool, *(argv or sys.argv[1:])]),
+        "step": step,
+    }
+
+
 def measure(run, device, steps, warmup, peak_flops, limit):
     import jax
 
@@ -187,11 +198,11 @@ def main(argv=None):
         "devices": len(devices),
         "bytes_limit": limit,
         "peak_flops": peak,
-        "versions": versions(),
-        "python": platform.python_version(),
-        "date": date.today().isoformat(),
-        "command": " ".join(["python", "tools/measure_tpu.py", *(argv or sys.argv[1:])]),
-        "step": "guide_helpers.onechip (the site's transformer, f32 Adam, bf16 compute, donated)",
+        **of_this_run(
+            "tools/measure_tpu.py",
+            argv,
+            "guide_helpers.onechip (the site's transformer, f32 Adam, bf16 compute, donated)",
+        ),
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -36,12 +36,13 @@ with require_devices(8):  # too few devices: stop and say what to do
     jax.config.update("jax_num_cpu_devices", 8)  # on CPU: 8 emulated devices"""
 # Guides that need another count than 8, or CPU devices on any host: the 8B plan's two nodes of 8,
 # the TPU compiler page's CPU programs (both compile for them) and the v5e ground truth page,
-# which compiles for a TPU chip that is not there, so that a host with GPUs or TPUs runs them
-# unchanged.
+# which compiles for a TPU chip that is not there, and the host offload page, whose CPU steps
+# show that nothing moves there, so that a host with GPUs or TPUs runs them unchanged.
 DEVICES = {
     "plan_an_8b_model": (16, "cpu"),
     "tpu_compiler": (8, "cpu"),
     "ground_truth_v5e": (8, "cpu"),
+    "host_offload": (8, "cpu"),
 }
 
 
