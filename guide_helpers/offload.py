@@ -140,8 +140,9 @@ def setup(run, where, device, seed=0):
     with jax.set_mesh(mesh), nnx.logical_axis_rules(logical_rules()):
         graphdef, params = nnx.split(onechip._model_of(run.config, seed), nnx.Param)
         params = jax.device_put(nnx.to_pure_dict(params), whole)
-        opt_state = onechip.OPTIMIZER.init(params)
-        opt_state = jax.device_put(opt_state, _shardings(opt_state, mesh, where))
+        # made where they live: moments on the host never pass through the chip's memory
+        placed = _shardings(jax.eval_shape(onechip.OPTIMIZER.init, params), mesh, where)
+        opt_state = jax.jit(onechip.OPTIMIZER.init, out_shardings=placed)(params)
         shape = (run.config.batch, run.config.seq + 1)
         tokens = jax.random.randint(jax.random.key(seed), shape, 0, run.config.vocab)
         step = jitted(run, where, graphdef, opt_state, mesh)

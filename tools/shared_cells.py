@@ -61,7 +61,7 @@ SETUP = re.compile(
     r"(```\{code-cell\} ipython3\n)(import jax\n[^`]*?jax_num_cpu_devices[^`]*?)\n```"
 )
 # What Colab lacks; it has numpy and matplotlib already.
-COLAB_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
+COLAB_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain")
 
 
 def pins():
