@@ -56,10 +56,10 @@ def test_ignored_outputs_are_timings_and_say_why(name):
     for i, cell in enumerate(nb.cells):
         if IGNORE not in cell.metadata.get("tags", []):
             continue
-        # A timing: %time or %timeit, or durations summed from a profiler trace.
-        assert re.search(r"%timeit |^%time |\bprofile\.timings\(", cell.source, re.M), (
-            f"{name} cell {i} ignores a non-timing output"
-        )
+        # A timing: %time or %timeit, durations summed from a profiler trace (profile.timings,
+        # the gaps of profile.idle), or the difference of two time.perf_counter() readings.
+        timing = r"%timeit |^%time |\bprofile\.(timings|idle)\(|\btime\.perf_counter\(\)"
+        assert re.search(timing, cell.source, re.M), f"{name} cell {i} ignores a non-timing output"
         assert re.search(r"^# .+", cell.source, re.M), (
             f"{name} cell {i} is tagged {IGNORE} without a comment that says why"
         )
