@@ -23,14 +23,14 @@ not mean the op runs in the loop.
 Tested on: XLA's CPU programs (every guide, and tests/unit/test_hlo.py); TPU programs that
 libtpu compiles here with no TPU attached (tests/unit/test_tpu.py, the tpu_compiler guide):
 tiled memory layouts in shapes (`{1,0:T(8,128)}`), loops with no known_trip_count (counted from
-their condition), async collectives as chains of fusions (a start, the compute fusions that run
-while it is in flight, a done; counted once, with `overlapped` matrix products), the
-`all-reduce-scatter` fusion that is the TPU's reduce-scatter, and matrix products as
-`convolution`s; and on hand-written programs in the forms XLA's GPU backend prints: async
-collectives (`all-reduce-start` with only its result as shape, `all-gather-start` with (operand,
-result)), empty replica groups (`replica_groups={}`: every device of the module), and cuBLAS
-matrix products (`custom-call`s to `__cublas$gemm` and friends, read from their
-`backend_config`).
+their condition and their counter's start, a constant or a copy of one), async collectives as
+chains of fusions (a start, the compute fusions that run while it is in flight, a done; counted
+once, with `overlapped` matrix products), the `all-reduce-scatter` fusion that is the TPU's
+reduce-scatter, and matrix products as `convolution`s; and on hand-written programs in the
+forms XLA's GPU backend prints: async collectives (`all-reduce-start` with only its result as
+shape, `all-gather-start` with (operand, result)), empty replica groups (`replica_groups={}`:
+every device of the module), and cuBLAS matrix products (`custom-call`s to `__cublas$gemm` and
+friends, read from their `backend_config`).
 """
 
 import collections
@@ -61,6 +61,7 @@ _CALLS = re.compile(
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _CHAIN = re.compile(r'frontend_attributes=\{[^}]*\bchain_id="(\d+)"')
 _ASYNC_TARGETS = {"AsyncCollectiveStart", "AsyncCollectiveDone"}
+_COPIES = {"copy", "bitcast"}  # ops that pass a value on unchanged
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 
 
@@ -164,10 +165,20 @@ def parse(text):
     return Program(entry, instructions, dict(calls), trips)
 
 
+def _through_copies(named, name):
+    """The instruction `name` is a copy of (through `copy` and `bitcast`), or itself."""
+    ins = named.get(name)
+    while ins is not None and ins.op in _COPIES and len(ins.operands) == 1:
+        ins = named.get(ins.operands[0])
+    return ins
+
+
 def _trip_count(program, loop):
     """A while loop's trip count: XLA's known_trip_count, else read from its condition, a
-    `counter < N` compare of a tuple element with a constant, counted from that element's
-    constant start (a TPU program states no known_trip_count). None if neither is there."""
+    `counter < N` compare of a tuple element with a constant, counted from that element's start
+    in the loop's initial tuple: a constant, or a copy of one, as where XLA peeled the first
+    iteration off the loop (a TPU program states no known_trip_count). None if neither is
+    there, or if the start is not a constant."""
     if loop.name in program.trips:
         return program.trips[loop.name]
     condition = re.search(r"\bcondition=%([\w.-]+)", loop.attrs)[1]
@@ -179,13 +190,14 @@ def _trip_count(program, loop):
         if not (counter and bound) or (counter.op, bound.op) != ("get-tuple-element", "constant"):
             continue
         index = int(re.search(r"index=(\d+)", counter.attrs)[1])
-        start = 0
-        init = next((i for i in program.instructions if i.name == loop.operands[0]), None)
-        if init is not None and init.op == "tuple":
-            first = next((i for i in program.instructions if i.name == init.operands[index]), None)
-            if first is not None and first.op == "constant":
-                start = int(first.operands[0])
-        return int(bound.operands[0]) - start
+        outer = {i.name: i for i in program.instructions if i.computation == loop.computation}
+        init = _through_copies(outer, loop.operands[0])
+        if init is None or init.op != "tuple" or index >= len(init.operands):
+            return None
+        start = _through_copies(outer, init.operands[index])
+        if start is None or start.op != "constant":
+            return None
+        return int(bound.operands[0]) - int(start.operands[0])
     return None
 
 

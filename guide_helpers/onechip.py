@@ -47,8 +47,8 @@ MEASURED = Path(__file__).parent / "measured"
 # tools/measure_tpu.py on one TPU v5e chip: 14 configurations over width, depth, sequence, batch,
 # remat and micro-batches
 RECORDED_V5E = MEASURED / "tpu_v5e_2026-12-06.jsonl"
-# The first record, made by another session before the tool: 6 configurations, 5 of them measured
-# again in RECORDED_V5E (the same shapes), so that the two sessions' steps can be compared
+# The first record, made by another session before the tool: 6 configurations, all measured again
+# in RECORDED_V5E (the same shapes): a repeat of the same steps, to compare the two sessions
 FIRST_V5E = MEASURED / "tpu_v5e_2026-12-05.jsonl"
 # tools/measure_tpu.py --grid sequence on one TPU v5e chip: 16,384 tokens a step at 512 to 16,384
 # tokens a sequence, so that only the attention scores grow; none of it calibrates the MFU range

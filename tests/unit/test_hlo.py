@@ -210,3 +210,57 @@ def test_device_groups_read_every_notation(attrs, groups):
 def test_device_groups_refuse_what_they_cannot_read():
     with pytest.raises(ValueError, match="no device groups"):
         hlo.device_groups("dimensions={0}")
+
+
+# A loop as libtpu prints it, cut down: no known_trip_count, a condition `i < 4`, and a counter
+# that starts from a copy of a constant. Where XLA peeled the loop's first iteration off (as in
+# a two-slice data-parallel step's backward loop), that constant is 1 and the body runs 3 times.
+PEELED = """\
+HloModule step
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %x = f32[8]{0} get-tuple-element(%p), index=1
+  %ar = f32[8]{0} all-reduce(%x), channel_id=1, replica_groups={{0,1}}, to_apply=%add
+  ROOT %t = (s32[], f32[8]{0}) tuple(%next, %ar)
+}
+
+%cond (q: (s32[], f32[8])) -> pred[] {
+  %bound = s32[] constant(4)
+  %q = (s32[], f32[8]{0}) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  ROOT %lt = pred[] compare(%j, %bound), direction=LT
+}
+
+ENTRY %main (w: f32[8], n: s32[]) -> (s32[], f32[8]) {
+  %w = f32[8]{0} parameter(0)
+  %n = s32[] parameter(1)
+  %start = s32[] constant(START)
+  %counter = s32[] copy(COUNTER)
+  %init = (s32[], f32[8]{0}) tuple(%counter, %w)
+  ROOT %loop = (s32[], f32[8]{0}) while(%init), condition=%cond, body=%body
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "start, counter, runs",
+    [
+        (1, "%start", 3),  # peeled: one iteration ran before the loop
+        (0, "%start", 4),
+        (0, "%n", 1),  # a start that is not a constant: the count is unknown, counted once
+    ],
+)
+def test_a_loop_counts_from_the_constant_its_counter_is_copied_from(start, counter, runs):
+    text = PEELED.replace("START", str(start)).replace("COUNTER", counter)
+    (reduced,) = hlo.collectives(SimpleNamespace(as_text=lambda: text))
+    assert (reduced.where, reduced.per_step) == ("loop", runs)
