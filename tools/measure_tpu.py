@@ -16,6 +16,9 @@ over the median step and the chip's peak FLOP/s (`roofline.CHIPS`). A configurat
 not fit the chip is recorded as such, not run. The first line of the file is its provenance:
 chip, JAX, libtpu, flax, optax and numpy versions, Python, date and command.
 
+To measure a step of your own (another model, another optimizer), write a step file for
+tools/measure_step.py, which records the same fields for any step.
+
 `--compile-only` needs no TPU: it compiles the grid for one chip of a v5e slice with libtpu
 (`guide_helpers.tpu.topology`) and records what the compiler says, to plan a run.
 
