@@ -84,6 +84,7 @@ def measure(config, build, device, steps, warmup, peak_flops, limit):
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
+    from measure_tpu import peak_in_use  # the chip's peak, as tools/measure_tpu.py records it
 
     from guide_helpers import hlo
 
@@ -149,12 +150,7 @@ def measure(config, build, device, steps, warmup, peak_flops, limit):
         "mfu": round(model_flops / (median * peak_flops), 3) if peak_flops else None,
         "loss_first_last": [round(losses[0], 4), round(losses[-1], 4)],
     })  # fmt: skip
-    stats = device.memory_stats() or {}
-    if "peak_bytes_in_use" in stats:
-        record["peak_bytes_in_use_GB"] = round(stats["peak_bytes_in_use"] / 1e9, 3)
-        record["bytes_limit_GB"] = round(stats["bytes_limit"] / 1e9, 3)
-        # The peak is the process's: it is this configuration's own only where it rose here.
-        record["peak_raised"] = stats["peak_bytes_in_use"] > before
+    record.update(peak_in_use(device, before))
     return record
 
 

@@ -154,13 +154,22 @@ def measure(run, device, steps, warmup, peak_flops, limit):
         "measured_ms_min_max": [round(min(seconds) * 1e3, 2), round(max(seconds) * 1e3, 2)],
         "mfu": round(model_flops / (median * peak_flops), 3) if peak_flops else None,
     })  # fmt: skip
-    stats = device.memory_stats() or {}
-    if "peak_bytes_in_use" in stats:
-        record["peak_bytes_in_use_GB"] = round(stats["peak_bytes_in_use"] / 1e9, 3)
-        record["bytes_limit_GB"] = round(stats["bytes_limit"] / 1e9, 3)
-        # The peak is the process's: it is this configuration's own only where it rose here.
-        record["peak_raised"] = stats["peak_bytes_in_use"] > before
+    record.update(peak_in_use(device, before))
     return record
+
+
+def peak_in_use(device, before):
+    """The chip's peak bytes in use after a configuration's steps (memory_stats), where the
+    platform reports it. The peak is the process's: this configuration's own only where it rose
+    above `before`."""
+    stats = device.memory_stats() or {}
+    if "peak_bytes_in_use" not in stats:
+        return {}
+    return {
+        "peak_bytes_in_use_GB": round(stats["peak_bytes_in_use"] / 1e9, 3),
+        "bytes_limit_GB": round(stats["bytes_limit"] / 1e9, 3),
+        "peak_raised": stats["peak_bytes_in_use"] > before,
+    }
 
 
 def main(argv=None):
