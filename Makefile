@@ -34,7 +34,7 @@ help:
 	@echo "make unit     the unit tests of guide_helpers/ alone (tests/unit), no site build: under a minute"
 	@echo "make portability  execute every guide under a second profile (Python $(COLAB_PYTHON), another CPU), compare"
 	@echo "make lint     ruff over the notebooks' code, guide_helpers/, the tests, tools/ and conf.py"
-	@echo "make bench    time a clean build, rebuilds, each guide bare, make unit and make test"
+	@echo "make bench    time a clean build, rebuilds, each guide bare, make unit, test and portability"
 	@echo "make sync     write each docs/NAME.md into notebooks/NAME.ipynb, keeping outputs"
 	@echo "make execute  build the site, then store each guide's outputs from that execution in notebooks/"
 	@echo "make serve    serve $(HTML) on http://127.0.0.1:$(PORT)"
@@ -120,9 +120,10 @@ PYTEST_ARGS := -p no:cacheprovider -W error tests
 test: lint $(STAMP_COLAB)
 	PORTABILITY_PYTHON=$(abspath $(VENV_COLAB))/bin/python $(BIN)/python -m pytest $(PYTEST_ARGS) -m "not portability"
 
-# The edit loop's check: tests/unit, one file per guide_helpers module, no site built or executed.
+# The edit loop's check: tests/unit, one file per guide_helpers module, no site built or executed,
+# in two processes (pytest-xdist; each test is independent), under a minute on two cores.
 unit: check-env $(STAMP_COLAB)
-	PORTABILITY_PYTHON=$(abspath $(VENV_COLAB))/bin/python $(BIN)/python -m pytest $(PYTEST_ARGS)/unit
+	PORTABILITY_PYTHON=$(abspath $(VENV_COLAB))/bin/python $(BIN)/python -m pytest $(PYTEST_ARGS)/unit -n 2 --dist worksteal
 
 # The stored outputs against one more execution of every guide under a second profile (Colab's
 # Python, XLA's ISA capped, another OpenBLAS kernel, one core): tests/site/test_portability.py. CI runs
@@ -135,10 +136,12 @@ lint: check-env
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 
-# A benchmark, not a test: wall times of a clean build, rebuilds and bare executions, in a
-# temporary copy of the repository (your _build and docs are not touched). REPEAT=3 for medians;
-# finished rounds are kept in .bench/, so a later run goes on from them; COMMIT=REF measures a
-# commit's files instead of the working tree.
+# A benchmark, not a test: wall times of a clean build, rebuilds, bare executions, make test and
+# make portability, in a temporary copy of the repository (your _build and docs are not touched).
+# REPEAT=3 for medians; finished rounds are kept in .bench/, so a later run goes on from them;
+# COMMIT=REF measures a commit's files instead of the working tree. A round of the working tree
+# refreshes tools/guide_times.json, the per-guide times that tests/site/test_budget.py projects
+# CI's time from.
 REPEAT ?= 1
 COMMIT ?=
 bench: check-env

@@ -20,7 +20,6 @@ f32 with `jax.lax.scan`.
 
 import json
 import re
-import statistics
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -186,10 +185,6 @@ def timed_steps(run, device, steps=10, warmup=2, seed=0):
             if i >= warmup:
                 seconds.append(time.perf_counter() - start)
     return seconds
-
-
-def median(seconds):
-    return statistics.median(seconds)
 
 
 def _run_of(record):

@@ -294,8 +294,13 @@ def traffic(config, layout, micro_batches, remat, wire=2, reduce_passes=1):
     twice more where remat recomputes the forward. `wire` is the bytes of a value on the wire:
     2 for bf16, 4 for the f32 XLA's CPU sends.
     """
+    return _per_link(traffic_parts(config, layout, micro_batches, remat, wire, reduce_passes))
+
+
+def _per_link(parts):
+    """`traffic_parts`' bytes summed over what can hide them: {"NVLink": ..., "network": ...}."""
     sent = {"NVLink": 0.0, "network": 0.0}
-    for part in traffic_parts(config, layout, micro_batches, remat, wire, reduce_passes).values():
+    for part in parts.values():
         for link, nbytes in part.items():
             sent[link] += nbytes
     return sent
@@ -358,7 +363,7 @@ def estimate(
     (`UPDATE_BYTES` per parameter of the device's shard) is priced at HBM speed.
     """
     parts = traffic_parts(config, layout, micro_batches, remat, wire, reduce_passes)
-    sent = traffic(config, layout, micro_batches, remat, wire, reduce_passes)
+    sent = _per_link(parts)  # the same parts, summed: `traffic` without computing them again
     if node is not None:
         inside = node.bandwidth()
     elif chip.is_gpu or not sent["NVLink"]:
@@ -368,7 +373,7 @@ def estimate(
             f"a {chip.name} slice's rings use several ICI links: pass node=roofline.Slice("
             f"chip, shape) so that its bandwidth counts them, not one link"
         )
-    work = flops(config, layout, remat)
+    work, useful = flops(config, layout, remat), model_flops(config, layout)
     backward = (work - _forward_flops(config, layout)) / micro_batches
     window = backward / chip.flops if layout.deferred else work / chip.flops
     net = chip.network_bandwidth
@@ -376,14 +381,14 @@ def estimate(
     return Estimate(
         memory=memory(config, layout, micro_batches, remat, flash, gradient_bytes, logit_bytes),
         flops=work,
-        model_flops=model_flops(config, layout),
+        model_flops=useful,
         sent=sent,
         time=StepTime(
             compute=work / chip.flops,
             communication=hidable,
             hbm=UPDATE_BYTES * params_per_device(config, layout) / chip.hbm_bandwidth,
             exposed=parts["tensor"]["NVLink"] / inside,
-            model_compute=model_flops(config, layout) / chip.flops,
+            model_compute=useful / chip.flops,
             deferred=parts["deferred"]["network"] / net,
             window=window if layout.deferred else 0.0,
         ),

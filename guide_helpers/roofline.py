@@ -311,13 +311,13 @@ class StepTime:
         pairs = zip(parts(self), parts(other))
         return all(a <= b or math.isclose(a, b, rel_tol=1e-9) for a, b in pairs)
 
-    def at_mfu(self, mfu, link_efficiency=1.0, hbm_efficiency=None):
+    def at_mfu(self, mfu, link_efficiency=1.0):
         """The step at a whole-step MFU: the model's FLOPs at that fraction of the peak, or the
         hidable communication at the links' rate where that is longer; plus the exposed
         communication and what the deferred reduction overruns of its window (the window
         stretched as the whole step is). A whole-step MFU holds everything else the runs that
         measured it spent (the update, recomputation, what they did not hide), so nothing else
-        is added: `hbm` is not, and `hbm_efficiency` is accepted and ignored."""
+        is added: not `hbm`, and no HBM efficiency is taken."""
         link = link_efficiency
         stretch = self.model / mfu / self.compute if self.compute else 1 / mfu
         overrun = max(0.0, self.deferred / link - self.window * stretch)
@@ -329,8 +329,8 @@ class StepTime:
         efficiencies (`at_mfu`)."""
         m = measured or MEASURED
         return (
-            self.at_mfu(m["mfu"][1], m["link"][1], m["hbm"][1]),
-            self.at_mfu(m["mfu"][0], m["link"][0], m["hbm"][0]),
+            self.at_mfu(m["mfu"][1], m["link"][1]),
+            self.at_mfu(m["mfu"][0], m["link"][0]),
         )
 
 
@@ -341,9 +341,9 @@ class StepTime:
 # 2407.21783), PaLM's on TPU v4 46.2% (arXiv 2204.02311). Links: NCCL's developers give about
 # 370 of NVLink's 450 GB/s one way as what its ring collectives reach on H100 (nccl-tests issue
 # 212), up to the full rate; that is a GPU's figure, and `measured_for` gives a TPU's ICI the
-# scaling book's lower per-link figure instead. HBM: element-wise kernels reach most of the
-# bandwidth; taken as 80-100% (an assumption, not a measurement).
-MEASURED = {"mfu": (0.38, 0.462), "link": (370 / 450, 1.0), "hbm": (0.8, 1.0)}
+# scaling book's lower per-link figure instead. No HBM efficiency: the whole-step MFU holds the
+# update's time (`StepTime.at_mfu`).
+MEASURED = {"mfu": (0.38, 0.462), "link": (370 / 450, 1.0)}
 MEASURED_SOURCES = (
     "https://arxiv.org/abs/2407.21783",
     "https://arxiv.org/abs/2204.02311",
@@ -361,10 +361,10 @@ def measured_for(chip):
 
 
 def corners(measured=None):
-    """The efficiencies a comparison sweeps: each end of each measured range, as
-    (mfu, link, hbm) triples."""
+    """The efficiencies a comparison sweeps: each end of each measured range, as (mfu, link)
+    pairs, the arguments of `StepTime.at_mfu`."""
     m = measured or MEASURED
-    return [(c, link, h) for c in m["mfu"] for link in m["link"] for h in m["hbm"]]
+    return [(c, link) for c in m["mfu"] for link in m["link"]]
 
 
 def verdict(times, measured=None):

@@ -14,9 +14,12 @@ and tests/site/test_sources.py keeps their code and the guide's identical.
   placed, the step compiled plain and with the state donated: a `Built`.
 - `mixed_precision_steps_for(model, optimizer)`: the same step in bf16, its update applied to f32
   master parameters, for the pages that count a mixed-precision state's bytes.
-- `loss_fn(model, x, target)` and `train_step_in_place(model, optimizer, x, target)`: the NNX
-  guide's (nnx_sharding) loss and step of an NNX model, which update the model and optimizer in
-  place; tests/site/test_sources.py keeps them identical to the guide's.
+- `loss_fn(model, x, target)` and `train_step_in_place(model, optimizer, *batch, loss_fn=...)`:
+  the NNX guide's (nnx_sharding) loss and step of an NNX model, which updates the model and the
+  optimizer in place and returns the loss of `loss_fn(model, *batch)`: the mean squared error
+  unless another loss of the model and the batch is given (bound with `functools.partial` before
+  `nnx.jit`, since a function is not an array to trace). tests/site/test_sources.py keeps the
+  two identical to the guide's.
 """
 
 import functools
@@ -152,7 +155,7 @@ def loss_fn(model, x, target):
     return jnp.mean((model(x) - target) ** 2)
 
 
-def train_step_in_place(model, optimizer, x, target):
-    loss, grads = nnx.value_and_grad(loss_fn)(model, x, target)
+def train_step_in_place(model, optimizer, *batch, loss_fn=loss_fn):
+    loss, grads = nnx.value_and_grad(loss_fn)(model, *batch)
     optimizer.update(model, grads)
     return loss

@@ -11,9 +11,13 @@ left alone. Measured, each --repeat times (medians printed):
 - `make unit` (the unit tests alone, no site build),
 - `make test` (lint, the real build with each guide executed once, the output comparison, the
   browser test and the rest),
+- `make portability` (every guide executed again under the second profile, two halves at once),
 
 and two ratios: the clean build to the sum of the bare executions, and `make test` to the
-clean build.
+clean build. A round of the working tree also refreshes tools/guide_times.json, the record of
+each guide's execution times in make test's and make portability's builds that CI's projected
+time is computed from (tools/ci_time.py, tests/site/test_budget.py): commit it with the change
+that moved it.
 
 A round of all the guides takes about an hour on a two-core machine, so three rounds need most
 of a working session of an idle machine. Each finished round is therefore appended to a file of
@@ -28,7 +32,6 @@ import hashlib
 import io
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -40,6 +43,8 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
+import ci_time
+import provenance
 from guides import guide_names
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +88,18 @@ def one_round(work, names):
         )
     times["make unit"], _ = timed(["make", "unit"], work)
     times["make test"], _ = timed(["make", "test"], work)  # timed() stops on a failure
+    times["make portability"], _ = timed(["make", "portability"], work)
     return times
+
+
+def refresh_guide_times(work, times, key):
+    """tools/guide_times.json from this round's two builds in `work` (ci_time's record)."""
+    built = work / "_build"
+    build = ci_time.execution_seconds(built / "executed")
+    second = ci_time.execution_seconds(*sorted((built / "portability").glob("*/executed")))
+    total = times["make test"] + times["make portability"]
+    source = f"make bench, {key}: make test then make portability (no setup), this machine"
+    ci_time.write(ci_time.make_record(build, second, total, source))
 
 
 def working_tree():
@@ -128,7 +144,7 @@ def recorded(path, key, machine):
     if not path.exists():
         return []
     rounds = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rounds if r["key"] == key and r["machine"] == machine]
+    return [r for r in rounds if r["key"] == key and r.get("machine") == machine]
 
 
 def main():
@@ -138,7 +154,7 @@ def main():
     parser.add_argument("--rounds", default=str(ROOT / ".bench" / "rounds.jsonl"),
                         help="the file of finished rounds, kept between runs")  # fmt: skip
     args = parser.parse_args()
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    machine = f"{provenance.machine()}, Python {provenance.python()}"
     store = Path(args.rounds)
     store.parent.mkdir(parents=True, exist_ok=True)
 
@@ -162,6 +178,8 @@ def main():
             with store.open("a") as f:  # kept at once: a later run goes on from here
                 f.write(json.dumps(row) + "\n")
             done.append(row)
+            if not args.commit:
+                refresh_guide_times(work, times, key)
 
     rounds = [r["times"] for r in done[-args.repeat :]]
     median = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}

@@ -14,7 +14,7 @@ their median time, min and max, every step's loss and the chip's peak bytes in u
 compiler refuses (RESOURCE_EXHAUSTED) is recorded as refused. Then the link: a 1 GiB array put
 moved to pinned host memory and back by `jax.device_put` and by a jitted program's copies,
 the median of 5 each, measured first. The first line is
-the provenance.
+the provenance (tools/provenance.py).
 
 `--grid tiny --platform cpu` runs a small configuration on the CPU, for the tool's own test.
 """
@@ -30,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TOOLS = Path(__file__).resolve().parent
 LINK_BYTES = 2**30
 
 
@@ -130,13 +131,6 @@ def measure_link(repeat=5):
     return record
 
 
-def of_this_run(tool, argv, step):
-    sys.path.insert(0, str(ROOT / "tools"))
-    from measure_tpu import of_this_run as shared
-
-    return shared(tool, argv, step)
-
-
 def child(argv, timeout):
     """Run this tool on one placement in a child process; its JSON record."""
     command = [sys.executable, str(Path(__file__).resolve()), *argv]
@@ -158,7 +152,9 @@ def main(argv=None):
     parser.add_argument("--about", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=float, default=900, help="seconds per child")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(TOOLS)]
+    from provenance import bytes_limit, of_this_run, where  # tools/provenance.py
+
     if args.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
     if args.one:
@@ -172,9 +168,7 @@ def main(argv=None):
         import jax
 
         device = jax.devices()[0]
-        limit = (device.memory_stats() or {}).get("bytes_limit")
-        print(json.dumps({"chip": device.device_kind, "platform": device.platform,
-                          "bytes_limit": limit}))  # fmt: skip
+        print(json.dumps({**where(device), "bytes_limit": bytes_limit(device)}))
         return 0
     if not args.out:
         parser.error("--out is required")

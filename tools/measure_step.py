@@ -19,9 +19,9 @@ minutes; `--budget 360` records any configuration not started by 6 minutes as sk
     python tools/measure_step.py --step tools/steps/llama_family.py --budget 360 \\
         --out $OUT/llama_v5e.jsonl
 
-It writes JSON lines: first `{"provenance": ...}` (chip, platform, versions, Python, date,
-command, the step file), then one line per configuration, with the fields of
-tools/measure_tpu.py where they apply: `compile_s`, `compiled_GB` and `compiled_bytes`
+It writes JSON lines: first `{"provenance": ...}` (tools/provenance.py: chip, platform,
+versions, Python, date, command, the step file), then one line per configuration, with the
+fields of tools/measure_tpu.py where they apply: `compile_s`, `compiled_GB` and `compiled_bytes`
 (`memory_analysis()`), `peak_GB` (arguments + outputs + scratch - aliased), `xla_flops`
 (`cost_analysis()`), `matmul_flops` (read from the program, `guide_helpers.hlo`),
 `model_flops`, `measured_ms_median` and `measured_ms_min_max` over `--steps` steps after
@@ -46,9 +46,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
-# What each chip gives one program (its memory_stats' bytes_limit), for --compile-only
-HBM_LIMIT = {"TPU v5 lite": int(15.75 * 2**30)}
-CHIP_NAMES = {"TPU v5 lite": "TPU v5e", "TPU v5": "TPU v5p"}
 MESSAGE_CHARS = 20000  # of a refusal's message, kept in the record
 
 
@@ -176,9 +173,7 @@ def main(argv=None):
     if args.platform == "cpu" and not args.compile_only:
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
-    from measure_tpu import of_this_run  # tools/measure_tpu.py's provenance
-
-    from guide_helpers.roofline import CHIPS
+    from provenance import bytes_limit, of_this_run, peak_flops, where  # tools/provenance.py
 
     configurations, build = load_step(args.step)
     runs = configurations(args.set) if args.set else configurations()
@@ -187,8 +182,6 @@ def main(argv=None):
         from guide_helpers.tpu import topology
 
         devices = topology(args.compile_only)[:1]  # one chip: libtpu refuses a 1x1 slice
-        chip = CHIP_NAMES.get(devices[0].device_kind)
-        limit = HBM_LIMIT.get(devices[0].device_kind) or (chip and CHIPS[chip].hbm_bytes)
         args.steps = 0
     else:
         devices = jax.devices()
@@ -196,13 +189,11 @@ def main(argv=None):
             print(f"error: JAX sees {devices[0].platform} devices here, not {args.platform}; "
                   "run this on a TPU host, or pass --compile-only", file=sys.stderr)  # fmt: skip
             return 2
-        limit = (devices[0].memory_stats() or {}).get("bytes_limit")
     device = devices[0]
-    chip = CHIP_NAMES.get(device.device_kind)
-    peak = CHIPS[chip].flops if chip else None
+    limit = bytes_limit(device, bool(args.compile_only))  # compiling only: no memory_stats
+    peak = peak_flops(device)
     provenance = {
-        "chip": device.device_kind,
-        "platform": device.platform,
+        **where(device),
         "devices": len(devices),
         "compile_only": args.compile_only,
         "bytes_limit": limit,

@@ -13,8 +13,9 @@ records the median (and min, max) of `--steps` steps after `--warmup` ones, the 
 bytes in use (`memory_stats()`: a process-wide maximum, so the largest of the configurations
 run so far) and the MFU: the model's FLOPs (`plan.model_flops`: no remat, causal attention)
 over the median step and the chip's peak FLOP/s (`roofline.CHIPS`). A configuration that does
-not fit the chip is recorded as such, not run. The first line of the file is its provenance:
-chip, JAX, libtpu, flax, optax and numpy versions, Python, date and command.
+not fit the chip is recorded as such, not run. The first line of the file is its provenance
+(tools/provenance.py): chip, JAX, libtpu, flax, optax and numpy versions, Python, date and
+command.
 
 To measure a step of your own (another model, another optimizer), write a step file for
 tools/measure_step.py, which records the same fields for any step.
@@ -31,17 +32,16 @@ configurations on the CPU, for the tool's own test (no MFU there: the CPU has no
 """
 
 import argparse
-import importlib.metadata
 import json
 import os
-import platform
+import statistics
 import sys
 import time
 from dataclasses import asdict
-from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TOOLS = Path(__file__).resolve().parent
 
 
 def grid(name):
@@ -86,27 +86,6 @@ def grid(name):
     ]
 
 
-def versions():
-    found = {}
-    for package in ("jax", "jaxlib", "libtpu", "flax", "optax", "numpy"):
-        try:
-            found[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            found[package] = None
-    return found
-
-
-def of_this_run(tool, argv, step):
-    """The provenance every record shares: versions, Python, date, the command and the step."""
-    return {
-        "versions": versions(),
-        "python": platform.python_version(),
-        "date": date.today().isoformat(),
-        "command": " ".join(["python", tool, *(argv or sys.argv[1:])]),
-        "step": step,
-    }
-
-
 def measure(run, device, steps, warmup, peak_flops, limit):
     import jax
 
@@ -148,7 +127,7 @@ def measure(run, device, steps, warmup, peak_flops, limit):
         return record
     before = (device.memory_stats() or {}).get("peak_bytes_in_use", 0)
     seconds = onechip.timed_steps(run, device, steps=steps, warmup=warmup)
-    median = onechip.median(seconds)
+    median = statistics.median(seconds)
     record.update({
         "measured_ms_median": round(median * 1e3, 2),
         "measured_ms_min_max": [round(min(seconds) * 1e3, 2), round(max(seconds) * 1e3, 2)],
@@ -181,18 +160,16 @@ def main(argv=None):
     parser.add_argument("--platform", default="tpu", help="the JAX platform to measure on")
     parser.add_argument("--compile-only", action="store_true", help="no TPU: compile for one")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(TOOLS)]
     if args.platform == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
-
-    from guide_helpers.roofline import CHIPS
+    from provenance import bytes_limit, of_this_run, peak_flops, where  # tools/provenance.py
 
     if args.compile_only:
         from guide_helpers.tpu import topology
 
         devices = topology("v5e:2x2")[:1]  # one chip: libtpu refuses a 1x1 slice
-        limit = int(15.75 * 2**30)  # what a v5e chip gives a program (its memory_stats)
         args.steps = 0
     else:
         devices = jax.devices()
@@ -200,13 +177,11 @@ def main(argv=None):
             print(f"error: JAX sees {devices[0].platform} devices here, not {args.platform}; "
                   "run this on a TPU host, or pass --compile-only", file=sys.stderr)  # fmt: skip
             return 2
-        limit = (devices[0].memory_stats() or {}).get("bytes_limit")
     device = devices[0]
-    chip = {"TPU v5 lite": "TPU v5e", "TPU v5": "TPU v5p"}.get(device.device_kind)
-    peak = CHIPS[chip].flops if chip else None
+    limit = bytes_limit(device, args.compile_only)  # v5e's 15.75 GiB when compiling only
+    peak = peak_flops(device)
     provenance = {
-        "chip": device.device_kind,
-        "platform": device.platform,
+        **where(device),
         "devices": len(devices),
         "bytes_limit": limit,
         "peak_flops": peak,

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
 
 import nbformat
@@ -41,6 +40,7 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "tests")]
 from guides import guide_names  # noqa: E402  (tools/)
+from provenance import command, python, today  # noqa: E402  (tools/)
 from support.compare_outputs import sanitize_patterns, stale_cells  # noqa: E402  (tests/)
 
 from guide_helpers.devices import FALLBACK_LINE  # noqa: E402
@@ -184,9 +184,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     names = args.guides or guide_names(ROOT / "docs")
     report = {
-        "date": date.today().isoformat(),
-        "command": " ".join(["python", "tools/run_guides_on_host.py", *(argv or sys.argv[1:])]),
-        "python": platform.python_version(),
+        "date": today(),
+        "command": command("tools/run_guides_on_host.py", argv),
+        "python": python(),
         "host": platform.node(),
         "jax sees": what_jax_sees(),
         "sockets": sockets_allowed(),

@@ -2,7 +2,10 @@
 
 Every guide is executed once more, in the site's real Sphinx build, under a second profile
 (tests/support/profiles.py): Colab's Python (3.13, its own venv), XLA's vector ISA capped one step
-below this CPU's, another OpenBLAS kernel for NumPy, one core. Each stored notebook is then
+below this CPU's, another OpenBLAS kernel for NumPy, one core. On a machine with two cores or more,
+two builds run at once, each pinned to a core of its own and executing half of the guides (the
+halves of tools/ci_time.py, balanced by the recorded times; conf.py's SITE_EXECUTE_ONLY): every
+guide still executes on one core, in half the wall time. Each stored notebook is then
 compared with that execution by the same nbval comparison as tests/site/test_outputs.py. A stored
 output that depends on the Python version, the CPU, its ISA, the BLAS kernel or the core count
 fails here, naming the guide, the cell and both outputs.
@@ -11,8 +14,12 @@ The tests marked `portability` run under `make portability` (and CI); the last t
 proves that the check catches what it should, runs under `make test`.
 """
 
+import os
 import shutil
+import subprocess
+import time
 
+import ci_time
 import nbformat
 import pytest
 from conftest import (
@@ -57,10 +64,55 @@ def build_under(profile, src, out):
     return result, executed_notebooks(out / "executed")
 
 
+def builds_at_once(profiles_and_halves, out):
+    """The site's build once per (profile, guides) at the same time, each executing only its
+    guides (SITE_EXECUTE_ONLY): (a result with the return codes' worst and every build's output,
+    the executed notebooks of all). Each is bounded by ONE_CORE_BUILD_TIMEOUT."""
+    shutil.rmtree(out, ignore_errors=True)
+    started = []
+    for i, (profile, names) in enumerate(profiles_and_halves):
+        part = out / f"half{i}"
+        part.mkdir(parents=True)
+        cmd = sphinx_command(DOCS, part / "html", part / "doctrees", executed=part / "executed")
+        env = {**profile.environ(), "SITE_EXECUTE_ONLY": ",".join(names)}
+        log = (part / "build.log").open("w")
+        process = subprocess.Popen(
+            profile.command(cmd), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        started.append((part, process, log))
+    deadline = time.monotonic() + ONE_CORE_BUILD_TIMEOUT
+    for _, process, log in started:
+        try:
+            process.wait(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for _, other, _ in started:
+                other.kill()
+            raise
+        finally:
+            log.close()
+    outputs = [f"--- {part.name}\n" + (part / "build.log").read_text() for part, _, _ in started]
+    result = subprocess.CompletedProcess(
+        "the builds at once", max(p.returncode for _, p, _ in started), "\n".join(outputs)
+    )
+    executed = {}
+    for part, _, _ in started:
+        executed.update(executed_notebooks(part / "executed"))
+    return result, executed
+
+
 @pytest.fixture(scope="module")
 def second_build(profiles):
-    _, second, _ = profiles
-    return build_under(second, DOCS, PORTABILITY)
+    """Every guide executed under the second profile: in two builds at once, one core each,
+    where this process may use two cores; else in one build."""
+    default, second, _ = profiles
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return build_under(second, DOCS, PORTABILITY)
+    recorded = ci_time.load()["second_profile_s"]
+    split = ci_time.halves(ci_time.with_unrecorded(guide_names(), recorded))
+    per_core = [(second_profile(default, cpu), names) for cpu, names in zip(cores, split)]
+    return builds_at_once(per_core, PORTABILITY)
 
 
 @pytest.mark.portability

@@ -80,8 +80,9 @@ def second_python():
     return python
 
 
-def second_profile(default_probe):
-    """The second profile, chosen against what this machine's default profile gets."""
+def second_profile(default_probe, cpu=None):
+    """The second profile, chosen against what this machine's default profile gets, on core
+    `cpu` (the first this process may use, by default)."""
     flags = cpu_flags()
     python = second_python()
     isa = next((cap for cap, needs in ISA_CAPS if needs in flags), None)
@@ -94,7 +95,7 @@ def second_profile(default_probe):
             f"cannot make a second CPU profile here: ISA cap {isa}, BLAS kernel {blas}, "
             f"taskset {shutil.which('taskset')} (CPU flags: {len(flags)})"
         )
-    cpu = min(os.sched_getaffinity(0))
+    cpu = min(os.sched_getaffinity(0)) if cpu is None else cpu
     flags_before = os.environ.get("XLA_FLAGS", "")
     return Profile(
         "second CPU profile",

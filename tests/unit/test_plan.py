@@ -186,6 +186,13 @@ def test_estimate_prices_the_step_on_the_slower_link():
     assert e.mfu(1.0, GPU) == e.model_flops / GPU.flops
 
 
+def test_estimate_computes_the_traffic_once(monkeypatch):
+    calls, parts = [], plan.traffic_parts
+    monkeypatch.setattr(plan, "traffic_parts", lambda *args: calls.append(args) or parts(*args))
+    e = plan.estimate(TINY, TWO_NODES["HSDP"], GPU, 2, "block")
+    assert len(calls) == 1 and e.sent == plan.traffic(TINY, TWO_NODES["HSDP"], 2, "block")
+
+
 def test_tensor_parallel_traffic_is_exposed_and_a_deferred_reduction_has_one_window():
     tp = plan.estimate(TINY, TWO_NODES["FSDP x tensor"], GPU, 2, "block")
     parts = plan.traffic_parts(TINY, TWO_NODES["FSDP x tensor"], 2, "block")

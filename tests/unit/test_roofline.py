@@ -124,7 +124,7 @@ def test_overlapped_serial_and_bound():
 def test_calibration_takes_the_mfu_as_the_whole_steps_and_counts_nothing_twice():
     t = StepTime(compute=1.0, communication=0.5, hbm=0.1, exposed=0.2)
     assert t.at(0.5, 0.5, 0.5) == StepTime(2.0, 1.0, 0.2, 0.4)
-    measured = {"mfu": (0.4, 0.5), "link": (0.5, 1.0), "hbm": (0.5, 1.0)}
+    measured = {"mfu": (0.4, 0.5), "link": (0.5, 1.0)}
     fast, slow = t.calibrated(measured)
     # fast: compute at 50% (2.0) hides the 0.5 s of links; exposed 0.2; the update is inside
     # the whole-step MFU, not added
@@ -138,10 +138,13 @@ def test_calibration_takes_the_mfu_as_the_whole_steps_and_counts_nothing_twice()
     # a step bound by its links: the links' time, not the compute's
     talk = StepTime(compute=1.0, communication=3.0)
     assert talk.calibrated(measured) == (pytest.approx(3.0), pytest.approx(6.0))
+    # the update is inside the MFU, so no HBM efficiency is taken that could change nothing
+    with pytest.raises(TypeError):
+        t.at_mfu(0.5, 1.0, 0.8)
 
 
 def test_a_verdict_compares_layouts_at_the_same_efficiencies():
-    measured = {"mfu": (0.4, 0.5), "link": (0.5, 1.0), "hbm": (0.5, 1.0)}
+    measured = {"mfu": (0.4, 0.5), "link": (0.5, 1.0)}
     # 10% apart in every part: their ranges overlap, yet at each efficiency a is faster
     close = {"a": StepTime(1.0, 0.1), "b": StepTime(1.1, 0.11)}
     ranges = [t.calibrated(measured) for t in close.values()]
@@ -155,7 +158,9 @@ def test_a_verdict_compares_layouts_at_the_same_efficiencies():
     # x alone at some corners, tied with y at others: x is among the fastest at every one
     some = {"x": StepTime(1.0, 0.1), "y": StepTime(1.0, 1.1)}
     assert roofline.verdict(some, measured) == ("x",)
-    assert len(roofline.corners(measured)) == 8
+    # the corners are over MFU and links only: an MFU holds the update's HBM time
+    assert roofline.corners(measured) == [(0.4, 0.5), (0.4, 1.0), (0.5, 0.5), (0.5, 1.0)]
+    assert set(roofline.MEASURED) == {"mfu", "link"}
     assert roofline.measured_for(V5E)["link"] == (0.9, 1.0)
     assert roofline.measured_for(H100)["link"] == (370 / 450, 1.0)
 

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -85,3 +86,31 @@ def test_the_nnx_step_updates_the_model_and_adam_in_place(batch):
     second = training.loss_fn(model, x, target)
     assert float(second) < float(first) and int(optimizer.step[...]) == 1
     assert not np.array_equal(before, model.kernel[...])
+
+
+def test_the_nnx_step_trains_the_loss_it_is_given_jitted(batch):
+    """Another loss (the mean absolute error, of a batch given as one tuple) bound before
+    `nnx.jit`: the step returns that loss and follows its gradients, not the squared error's."""
+    from functools import partial
+
+    from flax import nnx
+
+    def absolute_error(model, batch):
+        x, target = batch
+        return jnp.mean(jnp.abs(model(x) - target))
+
+    def one_step(*batch, **loss_fn):
+        model = nnx.Linear(EMBED, EMBED, rngs=nnx.Rngs(0))
+        optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+        step = nnx.jit(partial(training.train_step_in_place, **loss_fn))
+        return model, step(model, optimizer, *batch)
+
+    model, loss = one_step(batch, loss_fn=absolute_error)  # the batch as one argument
+    squared_model, squared_loss = one_step(*batch)  # x, target: the default, the squared error
+    start = nnx.Linear(EMBED, EMBED, rngs=nnx.Rngs(0))
+    assert np.isclose(float(loss), float(absolute_error(start, batch)), rtol=1e-6)
+    assert np.isclose(float(squared_loss), float(training.loss_fn(start, *batch)), rtol=1e-6)
+    grads = nnx.grad(absolute_error)(start, batch)  # one SGD step of 0.1 along them
+    expected = start.kernel[...] - 0.1 * grads.kernel[...]
+    assert np.allclose(model.kernel[...], expected, atol=1e-6)
+    assert not np.allclose(squared_model.kernel[...], expected, atol=1e-6)
