@@ -65,6 +65,11 @@ def halves(seconds):
     return sorted(split[0]), sorted(split[1])
 
 
+def parallel_seconds(seconds):
+    """The wall time of the two halves executed at once: the longer half's."""
+    return max(sum(seconds[n] for n in half) for half in halves(seconds))
+
+
 def load(path=RECORD):
     return json.loads(Path(path).read_text())
 
@@ -74,7 +79,7 @@ def projection(names, record):
     two executions), costliest first."""
     build = with_unrecorded(names, record["build_s"])
     second = with_unrecorded(names, record["second_profile_s"])
-    parallel = max(sum(second[n] for n in half) for half in halves(second))
+    parallel = parallel_seconds(second)
     parts = {"rest": record["rest_s"], "build": sum(build.values()), "portability": parallel}
     costs = sorted(((build[n] + second[n], n) for n in names), reverse=True)
     return sum(parts.values()), parts, [(name, cost) for cost, name in costs]
@@ -82,7 +87,7 @@ def projection(names, record):
 
 def make_record(build, second, total_s, source):
     """The record of one run: its guides' times in both builds, and the rest of its `total_s`."""
-    parallel = max(sum(second[n] for n in half) for half in halves(second))
+    parallel = parallel_seconds(second)
     return {
         "what": "each guide's execution seconds in make test's build (build_s) and in make "
         "portability's (second_profile_s, two halves at once, one core each), and the rest of "
