@@ -17,7 +17,9 @@ By kind, each module tested once in tests/unit/test_MODULE.py (CONTRIBUTING.md):
   (the transformer's step on one chip, as measured on a real TPU), `offload` (that step with
   Adam's moments or the saved activations in the host's memory).
 - Program readers: `hlo` (what a compiled step communicates and computes, from its HLO), `tpu`
-  (the TPU compiler without a TPU), `profile` (a trace and a memory profile of a step that ran).
+  (the TPU compiler without a TPU), `buffers` (what fills a compiled or refused program's memory,
+  buffer by buffer, from XLA's buffer assignment), `profile` (a trace and a memory profile of a
+  step that ran).
 - Cost models: `roofline` (chips, links and a step's time), `plan` (a plan's memory, FLOPs,
   bytes per link and time, from formulas), `schedules` (a pipeline schedule played tick by
   tick: its bubble and the micro-batches it holds).

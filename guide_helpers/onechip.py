@@ -16,6 +16,15 @@ f32 with `jax.lax.scan`.
   configuration, its `Run` and what was recorded.
 - `predicted(run, chip)`: what `plan.estimate` says of a run on one chip; `fills(run)`: whether
   a run is big enough for the estimator's whole-step MFU to apply (`FILLS`).
+- `work_at_peak(run, chip)`, `fit_time(steps, chip)`, `TimeModel`, `time_model_prices(run,
+  chip)`: a step's time as its matrix products, Adam's update and its attention scores'
+  traffic, each at a fitted fraction of the chip's peak rate, fitted on measured steps of both
+  model families (the site's transformer and `guide_helpers.llama_family`, `LLAMA_V5E`);
+  `measured(paths)`: the steps measured in record files, each configuration once.
+
+The records also read a Llama-shaped step (`guide_helpers.llama_family`, recorded by
+tools/measure_step.py) as a `Run` of a `plan.Config` with `gated=True`, its key/value heads and
+`tied`: the memory and FLOPs formulas apply to it as they are.
 """
 
 import json
@@ -27,12 +36,13 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from guide_helpers.plan import REMAT, Config, Layout, estimate, model_flops
+from guide_helpers.plan import REMAT, UPDATE_BYTES, Config, Layout, estimate, flops, model_flops
 from guide_helpers.transformer import Transformer, logical_rules, next_token_loss, residual
 
 POLICIES = {
@@ -52,6 +62,13 @@ FIRST_V5E = MEASURED / "tpu_v5e_2026-12-05.jsonl"
 # tools/measure_tpu.py --grid sequence on one TPU v5e chip: 16,384 tokens a step at 512 to 16,384
 # tokens a sequence, so that only the attention scores grow; none of it calibrates the MFU range
 SEQUENCE_V5E = MEASURED / "tpu_v5e_2026-12-06_sequence.jsonl"
+# tools/measure_step.py on tools/steps/llama_family.py (`guide_helpers.llama_family`, a second
+# model family) on one TPU v5e chip, 2026-12-07: 14 configurations in five calls, the files in
+# the order they were recorded; the first call's file (5 measured, 2 refused) comes first
+LLAMA_V5E = tuple(
+    MEASURED / f"tpu_v5e_llama_2026-12-07{suffix}.jsonl"
+    for suffix in ("", "_none", "_2560", "_block", "_8192")
+)
 
 
 @dataclass(frozen=True)
@@ -72,9 +89,11 @@ class Run:
     @property
     def name(self):
         c = self.config
+        kv = "" if c.kv_heads is None else f" KV={c.kv_heads}"
         return (
-            f"E={c.embed} F={c.hidden} L={c.layers} H={c.heads} V={c.vocab} S={c.seq} "
-            f"B={c.batch} remat={self.remat} micro={self.micro_batches}"
+            f"E={c.embed} F={c.hidden} L={c.layers} H={c.heads}{kv} V={c.vocab}"
+            f"{' tied' if c.tied else ''} S={c.seq} B={c.batch} remat={self.remat} "
+            f"micro={self.micro_batches}"
         )
 
 
@@ -188,7 +207,13 @@ def timed_steps(run, device, steps=10, warmup=2, seed=0):
 
 
 def _run_of(record):
-    """The Run a record describes: its "config" fields, or, in the first file, its name."""
+    """The Run a record describes: its "config" fields, or, in the first file, its name. A
+    `llama_family.LlamaConfig`'s fields (kv_heads, tied and, unlike a `plan.Config`'s, remat)
+    describe a gated MLP's step."""
+    if "remat" in record.get("config", {}):
+        fields = dict(record["config"])
+        remat = fields.pop("remat")
+        return Run(Config(**fields, gated=True), remat)
     if "config" in record:
         return Run(Config(**record["config"]), record["remat"], record["micro_batches"])
     fields = dict(re.findall(r"(\w+)=(\w+)", record["what"]))
@@ -208,12 +233,20 @@ def compiled_peak(record):
     return sum(b[f] for f in parts) - b["alias_size_in_bytes"]
 
 
+def _is_step(record):
+    """A configuration's line: the site's transformer's, or a Llama-shaped step's that ran or
+    was refused (not one a budget skipped)."""
+    llama = "remat" in record.get("config", {}) and "skipped" not in record
+    return record["what"].startswith("transformer") or llama
+
+
 def load(path):
     """(provenance, [(Run, record)]) of a measurements file: JSON lines, the provenance first,
-    then one configuration a line; other lines (the first file's matmul) are left out."""
+    then one configuration a line; other lines (the first file's matmul, configurations a
+    budget skipped) are left out."""
     lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     provenance = lines[0]["provenance"]
-    return provenance, [(_run_of(r), r) for r in lines[1:] if r["what"].startswith("transformer")]
+    return provenance, [(_run_of(r), r) for r in lines[1:] if _is_step(r)]
 
 
 ONE_CHIP = Layout("one chip", 1, 1, 1, 1, 1, 1)
@@ -291,3 +324,90 @@ def inside(run, record, chip, mfus=None):
     steps, count as inside whatever the last bit of the arithmetic says)."""
     fast, slow = time_range(run, chip, mfus)
     return fast * (1 - 1e-9) <= record["measured_ms_median"] / 1e3 <= slow * (1 + 1e-9)
+
+
+# The time model's test: fitted on the first session of each family on the chip, tested on every
+# configuration recorded after it (the sequence sweep, the Llama family's four later calls)
+FIRST_SESSIONS = (RECORDED_V5E, LLAMA_V5E[0])
+LATER_SESSIONS = (SEQUENCE_V5E, *LLAMA_V5E[1:])
+
+
+def measured(paths, leave_out=()):
+    """[(Run, record)] of the steps measured in the files `paths`, each configuration once (the
+    first time it ran), none of those in `leave_out` (Runs)."""
+    seen, steps = set(leave_out), []
+    for path in paths:
+        for run, r in load(path)[1]:
+            if "measured_ms_median" in r and run not in seen:
+                seen.add(run)
+                steps.append((run, r))
+    return steps
+
+
+# The time model: what each kind of work would take at the chip's peak rates, each weighted by a
+# factor fitted on measured steps of both model families (`fit_time`).
+def work_at_peak(run, chip):
+    """Seconds of each kind of work in `run`'s step at `chip`'s peak rates: the matrix products
+    (`plan.flops`, recomputation included) at its peak FLOP/s; Adam's update (`UPDATE_BYTES` per
+    parameter, once a step) and the attention scores' traffic (`score_seconds`) at its HBM
+    bandwidth. Norms, rotary embeddings, activations and the loss's softmax are not terms of
+    their own: the fitted weights absorb them."""
+    c = run.config
+    return {
+        "matrix products": flops(c, ONE_CHIP, run.remat) / chip.flops,
+        "update": UPDATE_BYTES * c.params / chip.hbm_bandwidth,
+        "scores": score_seconds(run, chip),
+    }
+
+
+# The time model prices a step whose scores' traffic takes at most this many times its matrix
+# products' time at the peaks: the steps it is fitted on reach 1.38; the site's transformer at
+# 4,096 tokens a sequence (1.78 and 2.14) runs 43% and 28% slower than the model.
+PRICED_SCORES = 1.5
+
+
+def time_model_prices(run, chip):
+    """Whether the time model applies to `run`: it fills the chip (`fills`), and its scores'
+    traffic at HBM's peak takes at most PRICED_SCORES times its matrix products at the peak."""
+    seconds = work_at_peak(run, chip)
+    return fills(run) and seconds["scores"] <= PRICED_SCORES * seconds["matrix products"]
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """A step's seconds as sum(weights[kind] x work_at_peak(run, chip)[kind]): each weight is
+    1 / the fraction of its peak rate that kind of work reaches. `low` and `high` are the lowest
+    and highest measured / predicted ratios of the steps it was fitted on: its range."""
+
+    weights: dict
+    low: float
+    high: float
+
+    def seconds(self, run, chip):
+        return sum(self.weights[kind] * s for kind, s in work_at_peak(run, chip).items())
+
+    def time_range(self, run, chip):
+        """(fastest, slowest) seconds of `run`'s step on one `chip`."""
+        predicted = self.seconds(run, chip)
+        return predicted * self.low, predicted * self.high
+
+    def inside(self, run, record, chip):
+        """Whether a recorded step's median lies in `time_range` (its edges, themselves fitted
+        steps, count as inside whatever the last bit of the arithmetic says)."""
+        fast, slow = self.time_range(run, chip)
+        return fast * (1 - 1e-9) <= record["measured_ms_median"] / 1e3 <= slow * (1 + 1e-9)
+
+
+def fit_time(steps, chip):
+    """The TimeModel of measured steps [(Run, record)] (each one `time_model_prices`): the
+    weights that make the least-squares relative error smallest, and the extremes of measured /
+    predicted."""
+    kinds = list(work_at_peak(steps[0][0], chip))
+    seconds = [(work_at_peak(run, chip), r["measured_ms_median"] / 1e3) for run, r in steps]
+    terms = np.array([[w[k] / measured for k in kinds] for w, measured in seconds])
+    fitted, *_ = np.linalg.lstsq(terms, np.ones(len(steps)), rcond=None)
+    if (fitted <= 0).any():
+        raise ValueError(f"a weight came out negative or zero: {dict(zip(kinds, fitted))}")
+    weights = dict(zip(kinds, map(float, fitted)))
+    ratios = [m / sum(weights[k] * w[k] for k in kinds) for w, m in seconds]
+    return TimeModel(weights, min(ratios), max(ratios))

@@ -6,8 +6,9 @@ that a reader can price a model of their own without compiling it, and the page 
 against each other. Everything is per device and per train step.
 
 - `Config`: the transformer's shapes (`guide_helpers.transformer`, or with grouped-query
-  attention and a gated MLP `guide_helpers.llama`), the global batch and the sequence length;
-  `LLAMA_3_8B` is the page's model, `LLAMA_8B_LIKE` the site's transformer at its width.
+  attention and a gated MLP `guide_helpers.llama` and `guide_helpers.llama_family`, whose
+  embeddings may be tied), the global batch and the sequence length; `LLAMA_3_8B` is the page's
+  model, `LLAMA_8B_LIKE` the site's transformer at its width, `LLAMA_3_2_1B` a tied one.
 - `Layout`: how the mesh splits the weights, the batch and the activations, on nodes of
   `node_size` devices.
 - `memory(...)`: bytes per device, part by part (state, gradients, saved activations, the
@@ -71,6 +72,7 @@ class Config:
     batch: int  # sequences per step, all devices together
     kv_heads: int | None = None  # key/value heads (grouped-query attention); None: one per head
     gated: bool = False  # a gated MLP (Wgate, Wup, Wdown), as Llama's, not W1 and W2
+    tied: bool = False  # the head is the embedding table transposed: one table, counted once
 
     @property
     def kv_width(self):
@@ -98,13 +100,19 @@ class Config:
         return (2 * self.layers + 1) * self.embed
 
     @property
+    def tables(self):
+        """The embedding table and the head, vocab x embed each; one when they are tied."""
+        return (1 if self.tied else 2) * self.vocab * self.embed
+
+    @property
     def params(self):
-        return 2 * self.vocab * self.embed + self.layers * self.block_matrices + self.replicated
+        return self.tables + self.layers * self.block_matrices + self.replicated
 
     @property
     def matmul_params(self):
-        """Weights a token's forward pass multiplies by: all but the table (a lookup) and norms."""
-        return self.params - self.vocab * self.embed - self.replicated
+        """Weights a token's forward pass multiplies by: the blocks' matrices and the head (the
+        table itself when tied); the table's lookup and the norms are no products."""
+        return self.layers * self.block_matrices + self.vocab * self.embed
 
 
 # Llama 3 8B: 8 key/value heads for 32 query heads, a gated MLP of 14,336; the plan page's model
@@ -112,6 +120,12 @@ class Config:
 LLAMA_3_8B = Config(
     vocab=128256, embed=4096, heads=32, hidden=14336, layers=32, seq=8192, batch=256,
     kv_heads=8, gated=True,
+)  # fmt: skip
+# Llama 3.2 1B: Llama 3's vocabulary, tied embeddings, 8 key/value heads for 32 query heads,
+# 1,235,814,400 parameters (`guide_helpers.llama_family.LLAMA_3_2_1B`, at its sequence and batch)
+LLAMA_3_2_1B = Config(
+    vocab=128256, embed=2048, heads=32, hidden=8192, layers=16, seq=2048, batch=1,
+    kv_heads=8, gated=True, tied=True,
 )  # fmt: skip
 # The site's own transformer at Llama 3 8B's width, depth, heads, vocabulary and sequence: every
 # head its own keys and values, and a 2-matrix MLP of 21504 (= 1.5 x 14336) hidden units, the
@@ -324,7 +338,13 @@ class Estimate:
         return sum(self.memory.values())
 
     def fits(self, chip, headroom=0.0):
-        """True if the peak leaves at least `headroom` (a fraction) of the chip's HBM free."""
+        """True if the peak leaves at least `headroom` (a fraction) of the chip's HBM free.
+
+        The formula's peak is an upper bound (every part held at once), not the program's: on a
+        TPU v5e it was 1.35 to 7.9 times the compiler's for every recorded step of two model
+        families (docs/ground_truth_v5e.md). True promises a fit; False does not say a step is
+        too big. Where a compiler for the target is at hand (a TPU's, `guide_helpers.tpu`), its
+        `memory_analysis()` is the answer."""
         return self.peak <= (1 - headroom) * chip.hbm_bytes
 
     def tokens_per_second(self, seconds):
@@ -400,7 +420,8 @@ def estimate(
 
 def fix(config, layout, chip, micro_batches, remat, headroom=0.1, **accounting):
     """The cheapest change that makes a plan fit with `headroom`, as (micro-batches, remat,
-    layout), or None if nothing here does. Tried in the order of what they cost: more
+    layout), or None if nothing here does, by the formula's upper-bound peak (`Estimate.fits`:
+    on a TPU, compile the plan instead). Tried in the order of what they cost: more
     micro-batches (smaller matrix products, the same FLOPs; under FSDP, a weight gather per
     micro-batch more), then a remat policy that recomputes more ("dots", then "block": more
     FLOPs), then the state sharded over every device (FSDP across nodes: weights over the network

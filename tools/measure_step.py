@@ -28,9 +28,16 @@ fields of tools/measure_tpu.py where they apply: `compile_s`, `compiled_GB` and 
 `--warmup`, `mfu` (model FLOPs over the median and `roofline.CHIPS`' peak), the first and last
 loss, and `memory_stats()`' peak. A program the compiler refuses (RESOURCE_EXHAUSTED) is recorded
 with `fits: false`, `refused` (the message's first line) and `compiler_message` (all of it),
-and the run goes on. `--compile-only TOPOLOGY` (default v5e:2x2) compiles for one chip of that
-slice with libtpu (`guide_helpers.tpu.topology`) and runs nothing. `--platform cpu --set tiny`
-runs small configurations on the CPU, for the tool's own tests (no MFU: no CPU peak here).
+and the run goes on. Such a record, and one whose compiled peak passes the chip's limit, also
+says what fills the memory, read from the compiler's buffer assignment (`guide_helpers.buffers`,
+dumped by every compile here): `memory_total` (bytes of every allocation in main memory, the
+total a TPU's refusal names in GiB), `memory_by_kind` ({kind: bytes}, adding up to it: the
+state's parameters and optimizer state, the batch, logits, attention scores, gradients, saved
+activations, scratch) and `largest_buffers` (the 10 largest arrays: bytes, kind, shape, the JAX
+operation and the source line that made each). `--compile-only TOPOLOGY` (default v5e:2x2)
+compiles for one chip of that slice with libtpu (`guide_helpers.tpu.topology`) and runs
+nothing. `--platform cpu --set tiny` runs small configurations on the CPU, for the tool's own
+tests (no MFU: no CPU peak here).
 """
 
 import argparse
@@ -41,12 +48,14 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = Path(__file__).resolve().parent
 MESSAGE_CHARS = 20000  # of a refusal's message, kept in the record
+LARGEST = 10  # buffers listed in a record of a step that does not fit
 
 
 def load_step(spec):
@@ -77,6 +86,33 @@ def _refusal(e):
     return {"fits": False, "refused": lines[0], "compiler_message": message[:MESSAGE_CHARS]}
 
 
+def _sizes(config):
+    """(vocab, seq) of a configuration, or of the model configuration it holds, else None."""
+    for c in (config, getattr(config, "config", None)):
+        if hasattr(c, "vocab") and hasattr(c, "seq"):
+            return c.vocab, c.seq
+    return None, None
+
+
+def what_fills(dump, config, abstract, top=LARGEST):
+    """`memory_by_kind` and `largest_buffers` of the program a compile dumped to `dump`
+    (`guide_helpers.buffers`): the state's kinds when it is (parameters, optimizer state)."""
+    from guide_helpers import buffers
+
+    try:
+        kinds = buffers.argument_kinds(abstract, (("parameters", "optimizer state"), "batch"))
+    except (ValueError, TypeError):  # a state of another form: its arrays are "arguments"
+        kinds = ()
+    listing = buffers.read_dump(dump, *_sizes(config), kinds)
+    largest = [
+        {"bytes": b.nbytes, "kind": b.kind, "shape": b.shape, "op_name": b.op_name,
+         "source": b.source}
+        for b in listing.buffers[:top]
+    ]  # fmt: skip
+    return {"memory_total": listing.total, "memory_by_kind": listing.by_kind,
+            "largest_buffers": largest}  # fmt: skip
+
+
 def measure(config, build, device, steps, warmup, peak_flops, limit):
     import jax
     from jax.sharding import NamedSharding
@@ -99,13 +135,18 @@ def measure(config, build, device, steps, warmup, peak_flops, limit):
         return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=whole)
 
     start = time.perf_counter()
-    try:
-        with jax.set_mesh(mesh):
-            program = step.lower(*jax.tree.map(placed, arguments(True))).compile()
-    except jax.errors.JaxRuntimeError as e:  # the compiler's refusal is a result: record it
-        return {**record, "compile_s": round(time.perf_counter() - start, 1), **_refusal(e)}
-    record["compile_s"] = round(time.perf_counter() - start, 1)
-    memory = hlo.memory(program)
+    with tempfile.TemporaryDirectory() as dump, jax.set_mesh(mesh):
+        abstract = jax.tree.map(placed, arguments(True))
+        try:  # the compiler's buffer assignment dumped, read only if the step does not fit
+            program = step.lower(*abstract).compile(compiler_options={"xla_dump_to": dump})
+        except jax.errors.JaxRuntimeError as e:  # the compiler's refusal is a result: record it
+            refused = {"compile_s": round(time.perf_counter() - start, 1), **_refusal(e)}
+            return {**record, **refused, **what_fills(dump, config, abstract)}
+        compile_s = round(time.perf_counter() - start, 1)
+        memory = hlo.memory(program)
+        over = limit and memory.peak_bound > limit
+        fills = what_fills(dump, config, abstract) if over else {}
+    record["compile_s"] = compile_s
     compiled = {
         "argument_size_in_bytes": memory.arguments,
         "output_size_in_bytes": memory.outputs,
@@ -119,7 +160,8 @@ def measure(config, build, device, steps, warmup, peak_flops, limit):
         "xla_flops": int(program.cost_analysis()["flops"]),
         "matmul_flops": hlo.matmul_flops(program),
         "model_flops": int(model_flops),
-        "fits": not limit or memory.peak_bound <= limit,
+        "fits": not over,
+        **fills,
     })  # fmt: skip
     if not record["fits"] or not steps:
         return record

@@ -11,7 +11,7 @@ import jax
 import pytest
 from conftest import ROOT
 
-from guide_helpers import hlo, onechip, plan, roofline
+from guide_helpers import buffers, hlo, onechip, plan, roofline
 from guide_helpers.llama_family import LlamaConfig
 
 TOOL = ROOT / "tools" / "measure_step.py"
@@ -78,6 +78,14 @@ def test_a_compilers_refusal_is_recorded_and_the_run_goes_on(tmp_path):
     assert not record["fits"] and record["refused"].startswith("RESOURCE_EXHAUSTED")
     assert "exceeds available HBM (15.75G)" in record["compiler_message"]
     assert "measured_ms_median" not in record and "peak_GB" not in record
+    # what fills the memory: the total the message names (in GiB), by kind
+    needed, _ = buffers.refused_bytes(record["refused"])
+    assert abs(record["memory_total"] - needed) < 0.006 * 2**30
+    assert sum(record["memory_by_kind"].values()) == record["memory_total"]
+    assert {"parameters", "optimizer state", "attention scores"} <= set(record["memory_by_kind"])
+    largest = record["largest_buffers"]  # 8 x 4,096 x 4,096 scores a head, and the logits
+    assert largest[0]["kind"] == "attention scores" and "logits" in {b["kind"] for b in largest}
+    assert largest[0]["source"].startswith("llama_family.py:")
 
 
 def test_only_the_compilers_refusal_is_recorded():
@@ -122,3 +130,23 @@ def test_the_chips_list_varies_what_issue_61_asks_and_keeps_a_budget(tmp_path):
     args = ("--step", str(STEPS / "llama_family.py"), "--set", "tiny", "--platform", "cpu")
     _, records = tool(tmp_path, *args, "--budget", "1e-9")  # spent before the first one
     assert [r["skipped"] for r in records] == ["budget", "budget"]
+
+
+def test_a_step_over_the_limit_says_what_fills_its_memory():
+    measure_step = load_tool()
+    configurations, build = measure_step.load_step(str(STEPS / "llama_family.py"))
+    config = configurations("tiny")[1]  # untied: the head is a table of its own
+    device = jax.devices("cpu")[0]
+    record = measure_step.measure(config, build, device, 0, 0, None, limit=1)
+    assert not record["fits"] and "measured_ms_median" not in record
+    by_kind, total = record["memory_by_kind"], record["memory_total"]
+    assert sum(by_kind.values()) == total >= record["compiled_bytes"]["temp_size_in_bytes"]
+    assert by_kind["parameters"] == 4 * config.params  # f32, each in its own allocation
+    assert by_kind["optimizer state"] == 8 * config.params + 4  # AdamW's two moments, a count
+    assert by_kind["batch"] == 4 * config.batch * (config.seq + 1)
+    largest = record["largest_buffers"]
+    assert len(largest) == measure_step.LARGEST
+    assert [b["bytes"] for b in largest] == sorted((b["bytes"] for b in largest), reverse=True)
+    logits = f"f32[{config.batch},{config.seq},{config.vocab}]"
+    assert any(b["kind"] == "logits" and b["shape"] == logits for b in largest)
+    json.dumps(record)  # recorded as it is

@@ -9,7 +9,7 @@ import dataclasses
 import jax
 import pytest
 
-from guide_helpers import hlo, plan, roofline
+from guide_helpers import hlo, llama_family, plan, roofline
 from guide_helpers.hlo import Collective
 
 jax.config.update("jax_num_cpu_devices", 8)  # before JAX starts its backend, as in the guides
@@ -106,6 +106,24 @@ def test_parameter_counts_by_hand():
     assert TINY.params == 2 * 64 + 2 * 128 + 20 == 404
     assert TINY.matmul_params == 404 - 64 - 20
     assert plan.LLAMA_8B_LIKE.params == 8_835_567_616
+
+
+def test_tied_embeddings_are_counted_once_and_their_head_multiplied():
+    tied = dataclasses.replace(TINY, tied=True)
+    assert tied.params == 404 - 64  # one vocab x embed table
+    assert tied.matmul_params == TINY.matmul_params == 2 * 128 + 64  # the table is the head
+    assert plan.flops(tied, TWO_NODES["HSDP"], "block") == plan.flops(
+        TINY, TWO_NODES["HSDP"], "block"
+    )
+    # Llama 3.2 1B's shapes, counted here and by the Llama-shaped model itself
+    assert plan.LLAMA_3_2_1B.params == llama_family.LLAMA_3_2_1B.params == 1_235_814_400
+    untied = dataclasses.replace(plan.LLAMA_3_2_1B, tied=False)
+    assert untied.params - plan.LLAMA_3_2_1B.params == 128256 * 2048
+    one_chip = plan.Layout("one chip", 1, 1, 1, 1, 1, 1)
+    for remat in plan.REMAT:
+        llama = dataclasses.replace(llama_family.LLAMA_3_2_1B, remat=remat)
+        assert plan.flops(plan.LLAMA_3_2_1B, one_chip, remat) == llama.matmul_flops()
+    assert plan.model_flops(plan.LLAMA_3_2_1B, one_chip) == llama.model_flops()
 
 
 def test_layouts_split_what_they_say():
