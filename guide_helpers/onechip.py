@@ -69,6 +69,13 @@ LLAMA_V5E = tuple(
     MEASURED / f"tpu_v5e_llama_2026-12-07{suffix}.jsonl"
     for suffix in ("", "_none", "_2560", "_block", "_8192")
 )
+# tools/measure_step.py --compile-only v5e:2x2 here, with libtpu and no TPU, on the three
+# configurations the chip's compiler refused: each refused again, with what fills its memory
+# (`memory_by_kind`, `largest_buffers`, from `guide_helpers.buffers`)
+REFUSED_V5E = tuple(
+    MEASURED / f"libtpu_v5e_refused_2026-12-07_{name}.jsonl"
+    for name in ("transformer", "llama_6l", "llama_1b")
+)
 
 
 @dataclass(frozen=True)
@@ -210,8 +217,11 @@ def _run_of(record):
     """The Run a record describes: its "config" fields, or, in the first file, its name. A
     `llama_family.LlamaConfig`'s fields (kv_heads, tied and, unlike a `plan.Config`'s, remat)
     describe a gated MLP's step."""
-    if "remat" in record.get("config", {}):
-        fields = dict(record["config"])
+    fields = record.get("config", {})
+    if "config" in fields:  # tools/measure_step.py's record of the site's transformer
+        return Run(Config(**fields["config"]), fields["remat"], fields["micro_batches"])
+    if "remat" in fields:
+        fields = dict(fields)
         remat = fields.pop("remat")
         return Run(Config(**fields, gated=True), remat)
     if "config" in record:

@@ -157,3 +157,19 @@ def test_the_memory_formula_bounds_every_compiled_peak_of_both_families_from_abo
     steps = onechip.measured((onechip.RECORDED_V5E, onechip.SEQUENCE_V5E, *onechip.LLAMA_V5E))
     over = [onechip.predicted(run, V5E).peak / onechip.compiled_peak(r) for run, r in steps]
     assert len(over) == 33 and 1.3 < min(over)
+
+
+def test_refused_records_name_the_chips_refusals():
+    """The compile-only records load as the same Runs as the chip's refused ones, and each
+    listing's kinds add up to the total its refusal names."""
+    chip = {
+        run: r
+        for path in (onechip.RECORDED_V5E, onechip.SEQUENCE_V5E, *onechip.LLAMA_V5E)
+        for run, r in onechip.load(path)[1]
+        if not r["fits"]
+    }
+    here = {run: r for p in onechip.REFUSED_V5E for run, r in onechip.load(p)[1] if not r["fits"]}
+    assert set(here) == set(chip) and len(here) == 3
+    for run, r in here.items():
+        assert r["refused"] == chip[run]["refused"]
+        assert sum(r["memory_by_kind"].values()) == r["memory_total"]
