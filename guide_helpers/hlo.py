@@ -8,6 +8,9 @@ reductions), each a list of instructions. Everything here is read from that text
   the size of its device groups, where it sits (in a loop body, the entry computation, or
   elsewhere) and how many times it runs per step, following the loops' trip counts;
 - `per_step(rows)`: {(kind, bytes, group size): runs per step}, the form a formula predicts;
+- `mesh_axes(collective, mesh)`: the mesh axes its device groups run along, "data" or
+  "model" or "data+model", with "pairs of" where a group holds part of an axis's devices;
+  `by_axis(rows, mesh)`: {(kind, axes, direction): count} of a program's collectives;
 - `sent_per_device(rows)`: bytes each device sends per step if every collective runs as a ring;
 - `products(compiled)`: every matrix product, its operand dtypes and what XLA fused with it;
 - `matmul_flops(compiled)`: FLOPs of every matrix product per step;
@@ -409,6 +412,43 @@ def ring(n, nbytes, passes=1):
     n None, the large-ring limit, the whole array each pass. The site's one ring formula:
     `roofline`'s times and thresholds and `plan`'s bytes per link are built on it."""
     return passes * (1.0 if n is None else (n - 1) / n) * nbytes
+
+
+def mesh_axes(collective, mesh):
+    """The axes of `mesh` along which the devices of each of `collective`'s groups differ, as
+    "data", "data+model" or, when a group holds fewer devices than those axes have, "pairs of
+    model" (2 of 4: a group of query heads' devices). The program's device (partition) ids
+    number the mesh's devices in order: id i is `mesh.devices.flat[i]`'s place."""
+    shape = tuple(mesh.shape.values())
+    varying = set()
+    for group in collective.device_groups:
+        places = [_place(i, shape) for i in group]
+        varying |= {a for a in range(len(shape)) if len({p[a] for p in places}) > 1}
+    names = [name for a, name in enumerate(mesh.shape) if a in varying]
+    axes = "+".join(names) or "none"
+    size = math.prod(mesh.shape[n] for n in names)
+    if collective.kind == "collective-permute" or collective.group == size:
+        return axes
+    return f"{'pairs' if collective.group == 2 else f'groups of {collective.group}'} of {axes}"
+
+
+def by_axis(rows, mesh):
+    """{(kind, mesh axes, pass): runs per step} of the collectives `rows`; the pass is
+    "forward", "backward", or "unnamed" where XLA made the collective from no JAX operation
+    (it moves an array between layouts, as an update's result into its parameter's)."""
+    counts = collections.Counter()
+    for c in rows:
+        counts[c.kind, mesh_axes(c, mesh), c.direction if c.op_name else "unnamed"] += c.per_step
+    return counts
+
+
+def _place(index, shape):
+    """The place (one index per axis) of the `index`-th device of a mesh of `shape`."""
+    place = []
+    for size in reversed(shape):
+        index, at = divmod(index, size)
+        place.append(at)
+    return tuple(reversed(place))
 
 
 def sent_per_device(rows):

@@ -9,17 +9,28 @@ would match that `value` and nothing else). Because `re.search` finds the patter
 on `qkv/kernel` also lays out Adam's moments of that kernel (`.../mu/blocks/0/qkv/kernel`).
 
 - `path_of(key_path)`: the path of a leaf, written as above.
-- `specs_by_path(tree, rules)`: the tree of `PartitionSpec`s the rules give. It refuses, with the
-  paths to fix: a rule that matches no leaf (a typo would otherwise replicate silently), a leaf
-  that no rule matches (end with `(".*", P())` to replicate the rest on purpose), and a spec with
-  more entries than its leaf has dimensions.
+- `specs_by_path(tree, rules, mesh=None)`: the tree of `PartitionSpec`s the rules give. It
+  refuses, with the paths to fix: a rule that matches no leaf (a typo would otherwise replicate
+  silently), a leaf that no rule matches (end with `(".*", P())` to replicate the rest on
+  purpose), and a spec with more entries than its leaf has dimensions. Given the `mesh` (or under
+  `jax.set_mesh`), it also refuses a split that the devices do not divide (`undivided`) and a
+  split that cuts a head in two.
+- `Heads(spec, head_dim, dim=-1)`: a rule's spec whose dimension `dim` comes in heads of
+  `head_dim` columns, as a checkpoint's flat `k_proj` kernel `[embed, kv_heads * head_dim]` does.
+  The devices that split `dim` must divide the heads, not only the columns; a split that would
+  give a device part of a head is refused with the parameter, its heads and the devices, and what
+  works instead (keep it whole, or repeat each head until the devices divide them).
+- `undivided(tree, specs, mesh)`: `(path, shape, spec, why)` for every dimension a spec splits
+  over more devices than divide it (a 50,257-token vocabulary over 8): what to pad or keep whole.
 - `zip_by_path(tree, other)`: `(path, leaf, other's leaf)` for two trees of one structure, such
   as a state and its specs; trees with different numbers of leaves are refused.
 - `mismatches(tree, specs)`: `(path, expected, actual)` for every array whose sharding is not the
   one its spec names: empty when the layout is what the rules say.
 """
 
+import math
 import re
+from typing import NamedTuple
 
 import jax
 from jax.sharding import PartitionSpec as P
@@ -37,23 +48,87 @@ def path_of(key_path):
 
 
 class RuleError(ValueError):
-    """Rules that do not lay out every parameter exactly once."""
+    """Rules that do not lay out every parameter exactly once, or that split it unevenly."""
 
 
-def specs_by_path(tree, rules):
+class Heads(NamedTuple):
+    """A rule's `spec` for a parameter whose dimension `dim` is `head_dim`-column heads: the
+    devices splitting `dim` must divide the heads, so that each holds whole heads."""
+
+    spec: P
+    head_dim: int
+    dim: int = -1
+
+
+def _devices(mesh, entry):
+    """How many devices split a dimension whose spec entry is `entry` (None, a name, a tuple)."""
+    names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+    return math.prod(mesh.shape[name] for name in names), names
+
+
+def _some(paths):
+    """The first paths of a list, and how many more."""
+    more = f" and {len(paths) - 4} more" if len(paths) > 4 else ""
+    return ", ".join(paths[:4]) + more
+
+
+def _cut_head(shape, rule, mesh):
+    """What a `Heads` rule that gives a device part of a head does, or None."""
+    dim = rule.dim % len(shape)
+    entries = list(rule.spec) + [None] * (len(shape) - len(rule.spec))
+    devices, names = _devices(mesh, entries[dim])
+    heads, left = divmod(shape[dim], rule.head_dim)
+    if left:
+        return f"{shape}: {shape[dim]} columns are not whole heads of {rule.head_dim}"
+    if heads % devices == 0:
+        return None
+    repeat = devices // math.gcd(heads, devices)
+    axes = " x ".join(f"'{n}'" for n in names)
+    per = shape[dim] / devices / rule.head_dim
+    return (
+        f"{shape}: {rule.spec} splits its {heads} heads of {rule.head_dim} columns over "
+        f"{devices} devices of {axes}, {per:g} of a head each; keep that dimension whole (every "
+        f"device holds the {heads} heads), or, for keys and values, repeat each head {repeat} "
+        f"times ({heads * repeat} heads, {heads * repeat // devices} a device: the copy its query "
+        f"heads use), or split over devices that divide {heads}"
+    )
+
+
+def undivided(tree, specs, mesh):
+    """`(path, shape, spec, why)` for each dimension of `tree`'s arrays that its spec splits over
+    a number of devices that does not divide it."""
+    found = []
+    for path, leaf, spec in zip_by_path(tree, specs):
+        for dim, (size, entry) in enumerate(zip(leaf.shape, spec)):
+            devices, names = _devices(mesh, entry)
+            if size % devices:
+                axes = " x ".join(f"'{n}'" for n in names)
+                why = f"dimension {dim} ({size}) over {devices} devices of {axes}"
+                found.append((path, tuple(leaf.shape), spec, why))
+    return found
+
+
+def specs_by_path(tree, rules, mesh=None):
     """The `PartitionSpec` of every leaf of `tree`: the first of `rules` whose pattern its path
     contains. Raises `RuleError` for a rule that matches nothing, a leaf no rule matches, or a
-    spec longer than its leaf's rank."""
+    spec longer than its leaf's rank; with a `mesh` (default: the one `jax.set_mesh` set, if
+    any), for a split the devices do not divide and a `Heads` rule that cuts a head."""
+    if mesh is None and not jax.sharding.get_abstract_mesh().empty:
+        mesh = jax.sharding.get_abstract_mesh()
     compiled = [(re.compile(pattern), spec) for pattern, spec in rules]
-    used, unmatched, too_long = set(), [], []
+    used, unmatched, too_long, cut = set(), [], [], {}
 
     def spec_of(key_path, leaf):
         path = path_of(key_path)
-        for i, (pattern, spec) in enumerate(compiled):
+        for i, (pattern, rule) in enumerate(compiled):
             if pattern.search(path):
                 used.add(i)
+                spec = rule.spec if isinstance(rule, Heads) else rule
                 if len(spec) > leaf.ndim:
                     too_long.append(f"{path} {tuple(leaf.shape)}: {spec}")
+                elif isinstance(rule, Heads) and mesh is not None:
+                    if what := _cut_head(tuple(leaf.shape), rule, mesh):
+                        cut.setdefault(what, []).append(path)
                 return spec
         unmatched.append(path)
         return P()
@@ -72,6 +147,14 @@ def specs_by_path(tree, rules):
         )
     if too_long:
         problems.append(f"specs longer than their parameter's rank: {too_long}")
+    problems += [f"a split that cuts a head: {_some(paths)} {what}" for what, paths in cut.items()]
+    if mesh is not None and not too_long:
+        uneven = [f"{path} {shape}: {why}" for path, shape, _, why in undivided(tree, specs, mesh)]
+        if uneven:
+            problems.append(
+                f"splits the devices do not divide: {uneven} (pad the dimension to a multiple, "
+                "or keep it whole)"
+            )
     if problems:
         raise RuleError("; ".join(problems))
     return specs

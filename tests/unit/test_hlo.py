@@ -264,3 +264,25 @@ def test_a_loop_counts_from_the_constant_its_counter_is_copied_from(start, count
     text = PEELED.replace("START", str(start)).replace("COUNTER", counter)
     (reduced,) = hlo.collectives(SimpleNamespace(as_text=lambda: text))
     assert (reduced.where, reduced.per_step) == ("loop", runs)
+
+
+def test_mesh_axes_name_the_axes_a_collective_runs_along(mesh):
+    """The scanned step's weight gradients are summed over 'data', its activations over
+    'model'; by_axis counts them per step, each with its pass; a group that holds part of an
+    axis's devices is named as such."""
+    rows = hlo.collectives(scanned_step(mesh, layers=3))
+    assert hlo.by_axis(rows, mesh) == {
+        ("all-reduce", "model", "forward"): 3,
+        ("all-reduce", "model", "backward"): 3,
+        ("all-reduce", "data", "backward"): 3,
+    }
+    pairs = rows[0]._replace(group=2, device_groups=((0, 1), (2, 3), (4, 5), (6, 7)))
+    assert hlo.mesh_axes(pairs, mesh) == "pairs of model"
+    every = rows[0]._replace(group=8, device_groups=(tuple(range(8)),))
+    assert hlo.mesh_axes(every, mesh) == "data+model"
+    four = rows[0]._replace(group=4, device_groups=((0, 1, 4, 5), (2, 3, 6, 7)))
+    assert hlo.mesh_axes(four, mesh) == "groups of 4 of data+model"
+    unnamed = rows[0]._replace(op_name="")
+    assert hlo.by_axis([unnamed], mesh) == {
+        ("all-reduce", hlo.mesh_axes(unnamed, mesh), "unnamed"): 3
+    }

@@ -63,3 +63,51 @@ def test_zip_by_path_pairs_a_tree_with_its_specs_and_refuses_trees_of_other_size
     assert first == [("0/bias", P()), ("0/kernel", P(None, "model"))]
     with pytest.raises(ValueError):
         path_rules.zip_by_path(nnx_state(), [P(), P()])
+
+
+def checkpoint_kernels():
+    """A checkpoint's flat projections: 8 query heads and 2 key/value heads of 16 columns, and a
+    vocabulary of 50,257 tokens, the shapes a rule sees (no heads axis to refuse a split)."""
+    shapes = {"q_proj": (128, 128), "k_proj": (128, 32), "o_proj": (128, 128)}
+    shapes["embed"] = (50257, 64)
+    return {name: jax.ShapeDtypeStruct(shape, jnp.float32) for name, shape in shapes.items()}
+
+
+HEADS = [
+    (r"(q|k)_proj", path_rules.Heads(P(None, "model"), 16)),
+    (r"o_proj", path_rules.Heads(P("model", None), 16, dim=0)),
+    (r".*", P()),
+]
+
+
+def test_a_split_that_cuts_a_head_is_refused_naming_parameter_heads_devices_and_what_works(mesh):
+    with pytest.raises(path_rules.RuleError) as refused:
+        path_rules.specs_by_path(checkpoint_kernels(), HEADS, mesh)
+    message = str(refused.value)
+    assert message.count("cuts a head") == 1 and "k_proj (128, 32)" in message
+    assert "its 2 heads of 16 columns over 4 devices of 'model', 0.5 of a head each" in message
+    assert "keep that dimension whole" in message and "repeat each head 2 times" in message
+    assert "q_proj" not in message and "o_proj" not in message  # 8 heads: 2 a device
+
+
+def test_heads_that_divide_are_laid_out_as_the_plain_spec_says(mesh):
+    rules = [(r"k_proj", P()), *HEADS]
+    specs = path_rules.specs_by_path(checkpoint_kernels(), rules, mesh)
+    assert specs == {"q_proj": P(None, "model"), "k_proj": P(), "o_proj": P("model", None),
+                     "embed": P()}  # fmt: skip
+    with jax.set_mesh(mesh):  # the mesh in context serves as well
+        assert path_rules.specs_by_path(checkpoint_kernels(), rules) == specs
+    assert path_rules.specs_by_path(checkpoint_kernels(), HEADS)["k_proj"] == P(None, "model")
+
+
+def test_a_split_the_devices_do_not_divide_is_listed_and_refused(mesh):
+    rules = [(r"embed", P("model", None)), (r".*", P())]
+    specs = path_rules.specs_by_path(checkpoint_kernels(), rules)  # no mesh: nothing to divide
+    uneven = path_rules.undivided(checkpoint_kernels(), specs, mesh)
+    assert uneven == [("embed", (50257, 64), P("model", None),
+                       "dimension 0 (50257) over 4 devices of 'model'")]  # fmt: skip
+    with pytest.raises(path_rules.RuleError, match="splits the devices do not divide"):
+        path_rules.specs_by_path(checkpoint_kernels(), rules, mesh)
+    over_both = path_rules.undivided({"w": jnp.zeros((12, 8))}, {"w": P(("data", "model"))}, mesh)
+    whys = [why for *_, why in over_both]
+    assert whys == ["dimension 0 (12) over 8 devices of 'data' x 'model'"]
