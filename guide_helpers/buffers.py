@@ -336,7 +336,7 @@ def plan(builder, fields, topology="v5e:2x2", vocab=None, seq=None, timeout=300)
     with tempfile.TemporaryDirectory() as where, tempfile.TemporaryFile("w+") as errors:
         command = [sys.executable, "-c", _CHILD, builder, json.dumps(fields), topology, where]
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
-        try:
+        try:  # the child's pipe closed and the child reaped however this ends
             kinds = [tuple(k) for k in _said(child, "kinds") or ()]
             start = time.monotonic()
             while not glob.glob(os.path.join(where, _PLANNED)) and child.poll() is None:
@@ -352,6 +352,7 @@ def plan(builder, fields, topology="v5e:2x2", vocab=None, seq=None, timeout=300)
         finally:
             child.kill()
             child.wait()
+            child.stdout.close()
         return read_dump(where, vocab, seq, kinds, None, refused)
 
 

@@ -3,6 +3,7 @@ arrays are known, a hand-made heap, the TPU compiler's refusal, and a refused TP
 from its dump and from a plan alone."""
 
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,8 @@ def arguments():
 
 KINDS = (("parameters", "optimizer state"), "batch")
 LOGITS_LINE = next(
-    i for i, line in enumerate(open(__file__), 1) if "# the logits' line" in line
+    i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+    if "# the logits' line" in line
 )  # fmt: skip
 
 
@@ -102,7 +104,8 @@ def test_each_byte_of_a_heap_goes_to_its_largest_value():
 
 def test_the_refusal_reads_as_bytes():
     path = ROOT / "guide_helpers" / "measured" / "tpu_v5e_llama_2026-12-07.jsonl"
-    message = next(r for r in map(json.loads, path.open()) if r.get("refused"))["refused"]
+    records = map(json.loads, path.read_text().splitlines())
+    message = next(r for r in records if r.get("refused"))["refused"]
     assert buffers.refused_bytes(message) == (round(18.42 * 2**30), round(15.75 * 2**30))
     assert buffers.refused_bytes("INTERNAL: something else") is None
 
