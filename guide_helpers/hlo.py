@@ -419,10 +419,12 @@ def mesh_axes(collective, mesh):
     "data", "data+model" or, when a group holds fewer devices than those axes have, "pairs of
     model" (2 of 4: a group of query heads' devices). The program's device (partition) ids
     number the mesh's devices in order: id i is `mesh.devices.flat[i]`'s place."""
+    import numpy as np
+
     shape = tuple(mesh.shape.values())
     varying = set()
     for group in collective.device_groups:
-        places = [_place(i, shape) for i in group]
+        places = [np.unravel_index(i, shape) for i in group]  # each device's index per axis
         varying |= {a for a in range(len(shape)) if len({p[a] for p in places}) > 1}
     names = [name for a, name in enumerate(mesh.shape) if a in varying]
     axes = "+".join(names) or "none"
@@ -440,15 +442,6 @@ def by_axis(rows, mesh):
     for c in rows:
         counts[c.kind, mesh_axes(c, mesh), c.direction if c.op_name else "unnamed"] += c.per_step
     return counts
-
-
-def _place(index, shape):
-    """The place (one index per axis) of the `index`-th device of a mesh of `shape`."""
-    place = []
-    for size in reversed(shape):
-        index, at = divmod(index, size)
-        place.append(at)
-    return tuple(reversed(place))
 
 
 def sent_per_device(rows):

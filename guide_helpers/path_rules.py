@@ -61,9 +61,10 @@ class Heads(NamedTuple):
 
 
 def _devices(mesh, entry):
-    """How many devices split a dimension whose spec entry is `entry` (None, a name, a tuple)."""
+    """How many devices split a dimension whose spec entry is `entry` (None, a name, a tuple),
+    and their axes as a message names them ("'kv' x 'rep'")."""
     names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
-    return math.prod(mesh.shape[name] for name in names), names
+    return math.prod(mesh.shape[name] for name in names), " x ".join(f"'{n}'" for n in names)
 
 
 def _some(paths):
@@ -76,14 +77,13 @@ def _cut_head(shape, rule, mesh):
     """What a `Heads` rule that gives a device part of a head does, or None."""
     dim = rule.dim % len(shape)
     entries = list(rule.spec) + [None] * (len(shape) - len(rule.spec))
-    devices, names = _devices(mesh, entries[dim])
+    devices, axes = _devices(mesh, entries[dim])
     heads, left = divmod(shape[dim], rule.head_dim)
     if left:
         return f"{shape}: {shape[dim]} columns are not whole heads of {rule.head_dim}"
     if heads % devices == 0:
         return None
     repeat = devices // math.gcd(heads, devices)
-    axes = " x ".join(f"'{n}'" for n in names)
     per = shape[dim] / devices / rule.head_dim
     return (
         f"{shape}: {rule.spec} splits its {heads} heads of {rule.head_dim} columns over "
@@ -100,9 +100,8 @@ def undivided(tree, specs, mesh):
     found = []
     for path, leaf, spec in zip_by_path(tree, specs):
         for dim, (size, entry) in enumerate(zip(leaf.shape, spec)):
-            devices, names = _devices(mesh, entry)
+            devices, axes = _devices(mesh, entry)
             if size % devices:
-                axes = " x ".join(f"'{n}'" for n in names)
                 why = f"dimension {dim} ({size}) over {devices} devices of {axes}"
                 found.append((path, tuple(leaf.shape), spec, why))
     return found
