@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from guide_helpers.hlo import arrays, collectives, memory, shape_bytes
 from guide_helpers.layouts import make_rules
@@ -292,4 +293,14 @@ HEADS_ON_EIGHT = Exercise(
     "heads, MLP and vocabulary over 8 devices",
     ((1, 8), logical_rules(heads="model", hidden="model", vocab="model")),
     **_TRAIN_TRANSFORMER,
+)
+
+# Generate text: the key/value cache's layout, cache[layer, batch, context, kv_heads, head_dim],
+# for the page's one-token decode step on the 2 x 4 mesh.
+CACHE_AN_EIGHTH = Exercise(
+    "the cache split over all 8 devices",
+    PartitionSpec(None, "data", None, "model"),
+    arguments=("params", "token", "cache", "position"),
+    outputs=("logits", "cache"),
+    compared=(0,),
 )
