@@ -1,0 +1,67 @@
+"""Fail when an upgrade or an edited rule changes how the training steps are laid out."""
+
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+GOLDEN = Path(__file__).with_name("layout_guard.json")
+TARGETS = ("cpu", "v5e:2x4", "v5p:2x2x2")  # 8 CPU devices; two TPU slices, compiled by libtpu
+jax.config.update("jax_num_cpu_devices", 8)
+
+from guide_helpers import guard  # noqa: E402  (pip install guide-helpers)
+
+
+def devices(target):
+    if target == "cpu":
+        return jax.devices("cpu")[:8]
+    from guide_helpers import tpu  # libtpu compiles for the slice; no TPU needed
+
+    return tpu.topology(target)
+
+
+@pytest.fixture(scope="module")
+def golden():
+    recorded = guard.read_golden(GOLDEN)
+    yield recorded
+    if os.environ.get(guard.UPDATE):
+        guard.write_golden(GOLDEN, recorded)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_layouts_are_as_recorded(target, golden):
+    changed = [guard.changes(golden, f"{name} @ {target}", guard.record(*step))
+               for name, step in steps(devices(target)).items()]  # fmt: skip
+    if any(changed):
+        pytest.fail("\n".join(c for c in changed if c), pytrace=False)
+
+
+# Your steps here: {name: (the step lowered with sharded shapes, its mesh)}.
+from guide_helpers import llama_family as lf  # noqa: E402
+from guide_helpers import path_rules  # noqa: E402
+
+CONFIG = lf.LlamaConfig(vocab=512, embed=128, heads=8, kv_heads=4, hidden=256, layers=2,
+                        seq=32, batch=8, tied=True)  # fmt: skip
+RULES = [
+    (r"(q|k|v)_proj", path_rules.Heads(P(None, "model"), CONFIG.head_dim)),
+    (r"o_proj", path_rules.Heads(P("model", None), CONFIG.head_dim, dim=0)),
+    (r"(gate|up)_proj", P(None, "model")),
+    (r"down_proj", P("model", None)),
+    (r"embed_tokens", P("model", None)),
+    (r".*", P()),
+]
+
+
+def steps(chips):
+    mesh = jax.make_mesh((2, 4), ("data", "model"), (AxisType.Auto,) * 2, devices=chips)
+    state = lf.abstract_state(CONFIG)
+    specs = path_rules.specs_by_path(state, RULES, mesh)
+    state = jax.tree.map(lambda a, spec: jax.ShapeDtypeStruct(
+        a.shape, a.dtype, sharding=NamedSharding(mesh, spec)), state, specs)  # fmt: skip
+    batch = (CONFIG.batch, CONFIG.seq + 1)
+    tokens = jax.ShapeDtypeStruct(batch, jnp.int32, sharding=NamedSharding(mesh, P("data")))
+    return {"llama": (lf.jitted(CONFIG).lower(state, tokens), mesh)}
