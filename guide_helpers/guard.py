@@ -87,7 +87,8 @@ def changes(golden, key, now):
         return f"{key}: not recorded; {UPDATE}=1 records it"
     if now == golden[key]:
         return ""
-    return "\n".join([f"{key}: the layout changed", *_diff(golden[key], now)])
+    meant = f"(if meant: {UPDATE}=1 records it; review the file's diff)"
+    return "\n".join([f"{key}: the layout changed {meant}", *_diff(golden[key], now)])
 
 
 def read_golden(path):

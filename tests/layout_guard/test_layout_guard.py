@@ -1,4 +1,12 @@
-"""Fail when an upgrade or an edited rule changes how the training steps are laid out."""
+"""Fail when an upgrade or an edited rule changes how the training steps are laid out.
+
+Copy this file into your tests and put your steps under "Your steps here". Run it once as
+`UPDATE_LAYOUTS=1 pytest test_layout_guard.py`: it writes layout_guard.json beside this file;
+commit that. From then on, a change to a step's layouts or collectives fails with the lines that
+changed. When a change is meant, run it with UPDATE_LAYOUTS=1 again and review the JSON's diff.
+It needs guide-helpers (installed from this site's repository, as each guide's first cell does)
+and, for the TPU targets, libtpu (no TPU: `guide_helpers.tpu` says how to install it).
+"""
 
 import os
 from pathlib import Path
@@ -11,9 +19,9 @@ from jax.sharding import PartitionSpec as P
 
 GOLDEN = Path(__file__).with_name("layout_guard.json")
 TARGETS = ("cpu", "v5e:2x4", "v5p:2x2x2")  # 8 CPU devices; two TPU slices, compiled by libtpu
-jax.config.update("jax_num_cpu_devices", 8)
+jax.config.update("jax_num_cpu_devices", 8)  # before JAX starts (else: in conftest.py)
 
-from guide_helpers import guard  # noqa: E402  (pip install guide-helpers)
+from guide_helpers import guard  # noqa: E402
 
 
 def devices(target):
