@@ -14,6 +14,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import nnx
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -51,6 +52,7 @@ def test_layouts_are_as_recorded(target, golden):
 # Your steps here: {name: (the step lowered with sharded shapes, its mesh)}.
 from guide_helpers import llama_family as lf  # noqa: E402
 from guide_helpers import path_rules  # noqa: E402
+from guide_helpers import transformer as tf  # noqa: E402
 
 CONFIG = lf.LlamaConfig(vocab=512, embed=128, heads=8, kv_heads=4, hidden=256, layers=2,
                         seq=32, batch=8, tied=True)  # fmt: skip
@@ -64,12 +66,33 @@ RULES = [
 ]
 
 
+def typed(shapes, specs, mesh):
+    """Each shape with its sharding: what a step is lowered for, nothing allocated."""
+    return jax.tree.map(lambda a, spec: jax.ShapeDtypeStruct(
+        a.shape, a.dtype, sharding=NamedSharding(mesh, spec)), shapes, specs)  # fmt: skip
+
+
+def llama_step(mesh):
+    """The site's Llama-shaped decoder, laid out by its parameters' paths."""
+    state = lf.abstract_state(CONFIG)
+    state = typed(state, path_rules.specs_by_path(state, RULES, mesh), mesh)
+    rows = NamedSharding(mesh, P("data"))
+    tokens = jax.ShapeDtypeStruct((CONFIG.batch, CONFIG.seq + 1), jnp.int32, sharding=rows)
+    return lf.jitted(CONFIG).lower(state, tokens)
+
+
+def transformer_step(mesh):
+    """The site's NNX transformer, laid out by its logical axis rules."""
+    rules = tf.logical_rules(batch="data", heads="model", hidden="model")
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+        sizes = dict(vocab=512, embed=128, heads=8, hidden=512, layers=2)
+        graphdef, state = nnx.split(nnx.eval_shape(lambda: tf.model_and_optimizer(**sizes)))
+        state = typed(state, nnx.get_partition_spec(state), mesh)
+        tokens = jax.ShapeDtypeStruct((8, 65), jnp.int32, sharding=NamedSharding(mesh, P("data")))
+        return jax.jit(tf.train_step, static_argnums=0, donate_argnums=1).lower(
+            graphdef, state, tokens)  # fmt: skip
+
+
 def steps(chips):
     mesh = jax.make_mesh((2, 4), ("data", "model"), (AxisType.Auto,) * 2, devices=chips)
-    state = lf.abstract_state(CONFIG)
-    specs = path_rules.specs_by_path(state, RULES, mesh)
-    state = jax.tree.map(lambda a, spec: jax.ShapeDtypeStruct(
-        a.shape, a.dtype, sharding=NamedSharding(mesh, spec)), state, specs)  # fmt: skip
-    batch = (CONFIG.batch, CONFIG.seq + 1)
-    tokens = jax.ShapeDtypeStruct(batch, jnp.int32, sharding=NamedSharding(mesh, P("data")))
-    return {"llama": (lf.jitted(CONFIG).lower(state, tokens), mesh)}
+    return {"llama": (llama_step(mesh), mesh), "transformer": (transformer_step(mesh), mesh)}
