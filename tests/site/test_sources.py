@@ -194,3 +194,13 @@ def test_the_unit_tests_mirror_the_package_and_no_test_imports_another():
                     names = [a.name for a in node.names]
                 tests = {n.split(".")[-1] for n in names} & test_modules
                 assert not tests, f"{path.name} imports the test module {tests}: use support/"
+
+
+def test_the_guard_the_page_writes_is_the_one_ci_runs():
+    """when_sharding_breaks writes the layout guard in four cells, for readers to copy; CI runs
+    the repository's copy on the site's models. They must be one file."""
+    cells = [c.source for c in jupytext.read(DOCS / "when_sharding_breaks.md").cells
+             if c.source.startswith("%%to_workdir test_layout_guard.py")]  # fmt: skip
+    written = "\n\n\n".join(c.split("\n", 1)[1].rstrip("\n") for c in cells) + "\n"
+    assert len(cells) == 4
+    assert written == (ROOT / "tests" / "layout_guard" / "test_layout_guard.py").read_text()
