@@ -18,15 +18,10 @@ attention shares each key/value head among heads // kv_heads query heads; the ML
 - `train_step(config)`: (state, tokens) -> (state, loss), state = (params, AdamW state), the
   parameters cast to bf16 for the forward and backward passes, f32 logits in the loss; jit it
   with `donate_argnums=0` (`jitted`).
-- `GENERATION_V5E` and `load_generation(path)`: tools/measure_decode.py's record, on one TPU v5e
-  chip, of the generate_text page's cached forward pass at `LLAMA_3_2_1B`'s shapes in bf16:
-  (provenance, prefill records, decode records).
 """
 
-import json
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -265,16 +260,3 @@ def tokens_for(config, seed=0):
     """Random tokens[batch, seq + 1] in the vocabulary."""
     shape = (config.batch, config.seq + 1)
     return jax.random.randint(jax.random.key(seed), shape, 0, config.vocab, jnp.int32)
-
-
-# tools/measure_decode.py on one TPU v5e chip lent on 2026-12-07 (guide_helpers/measured/README.md)
-GENERATION_V5E = Path(__file__).parent / "measured" / "tpu_v5e_decode_2026-12-07.jsonl"
-
-
-def load_generation(path=GENERATION_V5E):
-    """(provenance, [prefill record], [decode record]) of a tools/measure_decode.py file; a
-    record the budget skipped is left out."""
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    records = [r for r in lines[1:] if "skipped" not in r]
-    kinds = [[r for r in records if r["what"] == what] for what in ("prefill", "decode")]
-    return lines[0]["provenance"], *kinds

@@ -109,21 +109,3 @@ def test_the_chips_record_of_the_family_agrees_with_the_models_own_counts():
     assert len(measured) >= 12 and len(refused) == 2
     assert {r["config"]["remat"] for r in measured.values()} == {"none", "dots", "block"}
     assert {r["config"]["tied"] for r in measured.values()} == {True, False}
-
-
-def test_the_generation_record_is_llama_3_2_1b_in_bf16_and_its_counts_are_the_formulas():
-    provenance, prefills, decodes = lf.load_generation()
-    config = lf.LLAMA_3_2_1B
-    assert provenance["chip"] == "TPU v5 lite" and provenance["step"] == "docs/generate_text.md"
-    assert provenance["param_bytes"] == 2 * config.params  # bf16
-    assert [(r["batch"], r["prompt"]) for r in prefills] == [(1, 2048), (4, 2048), (16, 512),
-                                                             (64, 128)]  # fmt: skip
-    assert len(decodes) == 12 and all(r["fits"] for r in prefills + decodes)
-    attention = 4 * config.layers * config.heads * config.head_dim
-    for r in decodes:
-        cache = 2 * config.layers * r["batch"] * r["context"] * config.kv_heads * config.head_dim
-        # beside weights and cache: the tokens and the position, each padded to 512 bytes
-        padded = -(-4 * r["batch"] // 512) * 512 + 512
-        assert r["argument_bytes"] == 2 * config.params + 2 * cache + padded
-        products = 2 * config.matmul_params * (r["batch"] > 1)  # at batch 1 they are no dots
-        assert r["matmul_flops"] == r["batch"] * (products + attention * r["context"])
