@@ -58,9 +58,8 @@ def _collectives(compiled, mesh):
 def record(lowered, mesh):
     """What the compiler decided for a lowered step on `mesh`: layouts in and out, collectives."""
     compiled = lowered.compile()
-    shapes = jax.tree.map(lambda a: a._aval, compiled.args_info[0])  # the positional arguments
-    return {
-        "arguments": _layouts(shapes, compiled.input_shardings[0]),
+    return {  # [0]: the positional arguments
+        "arguments": _layouts(compiled.args_info[0], compiled.input_shardings[0]),
         "outputs": _layouts(compiled.out_info, compiled.output_shardings),
         "collectives": _collectives(compiled, mesh),
     }
